@@ -1,0 +1,3 @@
+from speech_server.server import main
+
+main()

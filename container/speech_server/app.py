@@ -1,0 +1,116 @@
+"""The speech server's ASGI app: the SageMaker container contract on port 8080.
+
+- ``GET /ping``: 200 once the model is loaded, 503 while it loads, 500 if loading failed.
+- ``POST /invocations``: one text, its audio streamed back (``speech_server.invocations``).
+- ``WS /invocations-bidirectional-stream``: the persistent speech session
+  (``speech_server.bidi_session``).
+
+The model loads once, on a background thread started with the app, never per connection:
+SageMaker wants a WebSocket accepted within 250 ms, and health checks poll ``/ping`` meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from speech_server.bidi_session import BidiSession
+from speech_server.engines import SpeechEngine
+from speech_server.invocations import error_response, invocations
+from speech_server.synthesis import Synthesizer
+from voicewire.speech_protocol import ErrorCode, ProtocolError
+
+logger = logging.getLogger(__name__)
+
+EngineFactory = Callable[[], SpeechEngine]
+
+
+@dataclass
+class ModelSlot:
+    """Where the loaded model lives, and how loading went."""
+
+    status: Literal["loading", "ready", "failed"] = "loading"
+    synthesizer: Synthesizer | None = None
+    failure: str | None = None
+    loaded: asyncio.Event | None = None
+
+
+def create_app(engine_factory: EngineFactory) -> Starlette:
+    slot = ModelSlot()
+
+    def load() -> None:
+        try:
+            slot.synthesizer = Synthesizer(engine_factory())
+            slot.status = "ready"
+        except Exception as error:  # reported by /ping and every request, and logged
+            logger.exception("loading the speech model failed")
+            slot.status, slot.failure = "failed", str(error)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        slot.loaded = asyncio.Event()
+
+        def load_then_signal() -> None:
+            load()
+            loop.call_soon_threadsafe(slot.loaded.set)  # type: ignore[union-attr]
+
+        threading.Thread(target=load_then_signal, name="model-load", daemon=True).start()
+        yield
+        if slot.synthesizer is not None:
+            slot.synthesizer.close()
+
+    def not_ready() -> ProtocolError:
+        if slot.status == "failed":
+            return ProtocolError(
+                ErrorCode.MODEL_LOAD_FAILED, f"the speech model failed to load: {slot.failure}"
+            )
+        return ProtocolError(ErrorCode.MODEL_LOADING, "the speech model is still loading")
+
+    async def ping(request: Request) -> Response:
+        if slot.status == "ready":
+            engine = slot.synthesizer.engine  # type: ignore[union-attr]
+            return JSONResponse(
+                {
+                    "status": "ready",
+                    "engine": engine.name,
+                    "default_voice": engine.default_voice,
+                    "voices": sorted(engine.voices),
+                    "sample_rate": engine.sample_rate,
+                }
+            )
+        return error_response(not_ready(), 503 if slot.status == "loading" else 500)
+
+    async def invoke(request: Request) -> Response:
+        if slot.synthesizer is None:
+            return error_response(not_ready(), 503)
+        return await invocations(request, slot.synthesizer)
+
+    async def bidi(websocket: WebSocket) -> None:
+        if slot.synthesizer is None:
+            error = not_ready()
+            await websocket.send_denial_response(error_response(error, 503))
+            return
+        await BidiSession(websocket, slot.synthesizer).run()
+
+    app = Starlette(
+        routes=[
+            Route("/ping", ping, methods=["GET"]),
+            Route("/invocations", invoke, methods=["POST"]),
+            WebSocketRoute("/invocations-bidirectional-stream", bidi),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.model = slot
+    return app

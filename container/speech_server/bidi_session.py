@@ -1,0 +1,215 @@
+"""``WS /invocations-bidirectional-stream``: one persistent session, many messages.
+
+Two tasks share a session. The *reader* receives every frame as soon as it arrives, so a
+``cancel`` acts at once even while audio is flowing, and queues everything that needs an answer.
+The *answerer* takes that queue in order: for a text, ``synthesis_start``, the PCM frames, then
+``synthesis_complete``; for bad input, an ``error`` frame; for ``close``, close code 1000 once
+every earlier message is answered. Only the answerer sends, so frames never interleave.
+
+SageMaker hands the container each request part as a *binary* frame, so frames are read with
+``receive()`` and bytes decoded as UTF-8; ``receive_text()`` would fail on every request (the
+seed's first lesson). Pings are answered by the WebSocket protocol layer (uvicorn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Literal
+
+from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+
+from speech_server.synthesis import SynthesisStats, Synthesizer
+from voicewire.speech_protocol import (
+    MAX_PENDING_REQUESTS,
+    CancelMessage,
+    CloseMessage,
+    ErrorCode,
+    ErrorFrame,
+    ProtocolError,
+    SynthesisComplete,
+    SynthesisRequest,
+    SynthesisStart,
+    dump_frame,
+    parse_client_message,
+)
+
+logger = logging.getLogger(__name__)
+
+_session_numbers = itertools.count(1)
+
+
+@dataclass
+class PendingRequest:
+    request_id: str
+    request: SynthesisRequest
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+Answer = PendingRequest | ErrorFrame | CloseMessage
+
+
+class BidiSession:
+    def __init__(self, websocket: WebSocket, synthesizer: Synthesizer) -> None:
+        self.websocket = websocket
+        self.synthesizer = synthesizer
+        self.engine = synthesizer.engine
+        self.number = next(_session_numbers)
+        self._answers: asyncio.Queue[Answer] = asyncio.Queue()
+        self._pending: dict[str, PendingRequest] = {}
+        self._request_numbers = itertools.count(1)
+
+    async def run(self) -> None:
+        await self.websocket.accept()
+        logger.info("session %d opened", self.number)
+        reader = asyncio.create_task(self._read())
+        answerer = asyncio.create_task(self._answer())
+        try:
+            await asyncio.wait({reader, answerer}, return_when=asyncio.FIRST_COMPLETED)
+            if reader.done() and not reader.cancelled() and reader.result() == "close":
+                # A close is answered after every message before it: let the answerer finish.
+                await answerer
+        finally:
+            for pending in self._pending.values():
+                pending.cancelled.set()
+            for task in (reader, answerer):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
+                    await task
+            logger.info("session %d ended", self.number)
+
+    # --- reader ----------------------------------------------------------------------------
+
+    async def _read(self) -> Literal["close", "disconnect"]:
+        while True:
+            frame = await self.websocket.receive()
+            if frame["type"] == "websocket.disconnect":
+                return "disconnect"
+            raw = frame.get("text")
+            if raw is None:
+                raw = frame.get("bytes") or b""
+            try:
+                message = parse_client_message(raw, self.engine.voices)
+            except ProtocolError as error:
+                logger.info("session %d: %s: %s", self.number, error.code, error.message)
+                self._answers.put_nowait(error.to_frame())
+                continue
+            match message:
+                case SynthesisRequest():
+                    self._accept(message)
+                case CancelMessage():
+                    self._cancel(message)
+                case CloseMessage():
+                    self._answers.put_nowait(message)
+                    return "close"  # nothing after a close is read
+
+    def _accept(self, request: SynthesisRequest) -> None:
+        request_id = request.request_id or f"s{self.number}-r{next(self._request_numbers)}"
+        if request_id in self._pending:
+            self._answers.put_nowait(
+                ErrorFrame(
+                    code=ErrorCode.DUPLICATE_REQUEST_ID,
+                    message=f"request_id {request_id!r} is already queued or running",
+                    request_id=request_id,
+                )
+            )
+            return
+        if len(self._pending) >= MAX_PENDING_REQUESTS:
+            self._answers.put_nowait(
+                ErrorFrame(
+                    code=ErrorCode.TOO_MANY_PENDING,
+                    message=f"{MAX_PENDING_REQUESTS} requests are already queued or running; "
+                    "wait for a synthesis_complete before sending more",
+                    request_id=request.request_id,
+                )
+            )
+            return
+        pending = PendingRequest(request_id, request)
+        self._pending[request_id] = pending
+        self._answers.put_nowait(pending)
+
+    def _cancel(self, message: CancelMessage) -> None:
+        if message.request_id is None:
+            for pending in self._pending.values():
+                pending.cancelled.set()
+            return
+        pending = self._pending.get(message.request_id)
+        if pending is None:
+            self._answers.put_nowait(
+                ErrorFrame(
+                    code=ErrorCode.UNKNOWN_REQUEST_ID,
+                    message=f"no queued or running request has request_id {message.request_id!r}",
+                    request_id=message.request_id,
+                )
+            )
+            return
+        pending.cancelled.set()
+
+    # --- answerer --------------------------------------------------------------------------
+
+    async def _answer(self) -> None:
+        while True:
+            answer = await self._answers.get()
+            match answer:
+                case ErrorFrame():
+                    await self.websocket.send_text(dump_frame(answer))
+                case CloseMessage():
+                    await self.websocket.close(code=1000)
+                    return
+                case PendingRequest():
+                    try:
+                        await self._synthesize(answer)
+                    finally:
+                        self._pending.pop(answer.request_id, None)
+
+    async def _synthesize(self, pending: PendingRequest) -> None:
+        request = pending.request
+        stats = SynthesisStats()
+        await self.websocket.send_text(dump_frame(SynthesisStart(request_id=pending.request_id)))
+        status = "complete"
+        try:
+            async for frame in self.synthesizer.pcm_frames(
+                request.text,
+                request.voice or self.engine.default_voice,
+                request.speed,
+                fast_start=request.fast_start,
+                cancelled=pending.cancelled,
+                stats=stats,
+            ):
+                await self.websocket.send_bytes(frame)
+        except (WebSocketDisconnect, asyncio.CancelledError):
+            raise
+        except Exception:
+            # The detail goes to the log, never to the client: it would leak internals and
+            # read like a protocol error (the seed's KeyError('text') lesson).
+            logger.exception("session %d: synthesis of %s failed", self.number, pending.request_id)
+            status = "failed"
+            await self.websocket.send_text(
+                dump_frame(
+                    ErrorFrame(
+                        code=ErrorCode.SYNTHESIS_FAILED,
+                        message="the speech engine failed on this text; the session is still open",
+                        request_id=pending.request_id,
+                    )
+                )
+            )
+        if pending.cancelled.is_set() and status == "complete":
+            status = "cancelled"
+        if self.websocket.application_state != WebSocketState.CONNECTED:
+            return
+        await self.websocket.send_text(
+            dump_frame(
+                SynthesisComplete(
+                    request_id=pending.request_id,
+                    status=status,
+                    audio_seconds=round(stats.audio_bytes / 2 / self.engine.sample_rate, 3),
+                    audio_bytes=stats.audio_bytes,
+                    chunks=stats.chunks,
+                    first_audio_ms=stats.first_audio_ms,
+                    elapsed_ms=stats.elapsed_ms,
+                )
+            )
+        )

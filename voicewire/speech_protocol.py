@@ -1,0 +1,307 @@
+"""The speech link: messages between a client (the worker, a test, a CLI) and the speech server.
+
+This is the one definition of the wire contract that both sides import: the Lambda worker sends
+these messages, the container answers them. ``docs/protocol.md`` describes the same contract for
+people; keep the two in step.
+
+Client -> server, as text *or binary* WebSocket frames (SageMaker forwards every request part as
+a binary frame, so a server must decode bytes as UTF-8)::
+
+    {"text": "Hello there.", "voice": "jm_kumo", "speed": 1.0, "request_id": "r1"}
+    {"type": "cancel", "request_id": "r1"}      # or no request_id: cancel everything pending
+    {"type": "close"}
+
+Server -> client: a ``synthesis_start`` text frame, raw PCM s16le 24 kHz mono binary frames, a
+``synthesis_complete`` text frame; ``error`` text frames for bad input. The session stays open.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+
+# Audio on the speech link: what the binary frames carry.
+SAMPLE_RATE = 24_000
+CHANNELS = 1
+SAMPLE_WIDTH = 2  # bytes, signed 16-bit little-endian
+AUDIO_ENCODING = "pcm_s16le"
+
+# Input limits, documented in docs/protocol.md.
+MAX_TEXT_CHARS = 4_000
+MIN_SPEED = 0.5  # Kokoro's own range: the model distorts outside it
+MAX_SPEED = 2.0
+MAX_REQUEST_ID_CHARS = 128
+MAX_PENDING_REQUESTS = 64  # per session: queued plus running
+
+
+class ErrorCode(StrEnum):
+    """Stable error codes. Clients branch on these; never rename one."""
+
+    INVALID_UTF8 = "invalid_utf8"
+    INVALID_JSON = "invalid_json"
+    NOT_AN_OBJECT = "not_an_object"
+    UNKNOWN_TYPE = "unknown_type"
+    MISSING_TEXT = "missing_text"
+    TEXT_TOO_LONG = "text_too_long"
+    UNKNOWN_VOICE = "unknown_voice"
+    SPEED_OUT_OF_RANGE = "speed_out_of_range"
+    INVALID_FIELD = "invalid_field"
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    DUPLICATE_REQUEST_ID = "duplicate_request_id"
+    UNKNOWN_REQUEST_ID = "unknown_request_id"
+    TOO_MANY_PENDING = "too_many_pending"
+    MODEL_LOADING = "model_loading"
+    MODEL_LOAD_FAILED = "model_load_failed"
+    SYNTHESIS_FAILED = "synthesis_failed"
+
+
+class ProtocolError(Exception):
+    """Bad input, carrying the stable code and a sentence for a person.
+
+    ``request_id`` is set when the offending message named one, so the client can match the error
+    to what it sent.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+    def to_frame(self) -> ErrorFrame:
+        return ErrorFrame(code=self.code, message=self.message, request_id=self.request_id)
+
+
+# --- client -> server ------------------------------------------------------------------------
+
+RequestId = Annotated[str, Field(min_length=1, max_length=MAX_REQUEST_ID_CHARS)]
+
+
+class SynthesisRequest(BaseModel):
+    """One text to speak. Unknown fields are ignored so that older servers accept newer clients.
+
+    Validation needs the server's voices: pass ``context={"voices": {...}}``; without it any
+    voice name is accepted (a client building a request cannot know the server's list).
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: Literal["synthesize"] | None = None
+    text: str
+    voice: str | None = None
+    # Strict types: "1.5" or true is a client bug worth reporting, not something to coerce.
+    speed: float = Field(default=1.0, strict=True)
+    request_id: RequestId | None = None
+    fast_start: StrictBool = True
+
+    @field_validator("text")
+    @classmethod
+    def _text_is_speakable(cls, text: str) -> str:
+        if not text.strip():
+            raise PydanticCustomError(
+                ErrorCode.MISSING_TEXT.value, "text is empty or only whitespace"
+            )
+        if len(text) > MAX_TEXT_CHARS:
+            raise PydanticCustomError(
+                ErrorCode.TEXT_TOO_LONG.value,
+                "text has {length} characters; the limit is {limit}",
+                {"length": len(text), "limit": MAX_TEXT_CHARS},
+            )
+        return text
+
+    @field_validator("speed")
+    @classmethod
+    def _speed_in_range(cls, speed: float) -> float:
+        if not MIN_SPEED <= speed <= MAX_SPEED:
+            raise PydanticCustomError(
+                ErrorCode.SPEED_OUT_OF_RANGE.value,
+                "speed {speed} is outside {low}..{high}",
+                {"speed": speed, "low": MIN_SPEED, "high": MAX_SPEED},
+            )
+        return float(speed)
+
+    @field_validator("voice")
+    @classmethod
+    def _voice_is_known(cls, voice: str | None, info: ValidationInfo) -> str | None:
+        voices = (info.context or {}).get("voices")
+        if voice is not None and voices is not None and voice not in voices:
+            raise PydanticCustomError(
+                ErrorCode.UNKNOWN_VOICE.value,
+                "voice '{voice}' is not one of: {voices}",
+                {"voice": voice, "voices": ", ".join(sorted(voices))},
+            )
+        return voice
+
+
+class CancelMessage(BaseModel):
+    """Drop a queued or running request; without ``request_id``, every pending request."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: Literal["cancel"]
+    request_id: RequestId | None = None
+
+
+class CloseMessage(BaseModel):
+    """End the session once every earlier message is answered (close code 1000)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: Literal["close"]
+
+
+ClientMessage = SynthesisRequest | CancelMessage | CloseMessage
+
+
+# --- server -> client ------------------------------------------------------------------------
+
+
+class SynthesisStart(BaseModel):
+    type: Literal["synthesis_start"] = "synthesis_start"
+    request_id: str
+    encoding: str = AUDIO_ENCODING
+    sample_rate: int = SAMPLE_RATE
+    channels: int = CHANNELS
+
+
+class SynthesisComplete(BaseModel):
+    type: Literal["synthesis_complete"] = "synthesis_complete"
+    request_id: str
+    status: Literal["complete", "cancelled", "failed"] = "complete"
+    audio_seconds: float
+    audio_bytes: int
+    chunks: int
+    first_audio_ms: float | None
+    elapsed_ms: float
+
+
+class ErrorFrame(BaseModel):
+    type: Literal["error"] = "error"
+    code: ErrorCode
+    message: str
+    request_id: str | None = None
+
+
+ServerFrame = SynthesisStart | SynthesisComplete | ErrorFrame
+
+
+def dump_frame(frame: BaseModel) -> str:
+    """Serialize a control frame; ``None`` fields are left out to keep frames small."""
+    return frame.model_dump_json(exclude_none=True)
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+def decode_message_bytes(payload: bytes) -> str:
+    """Decode a binary frame's payload (what SageMaker delivers) as UTF-8."""
+    try:
+        return payload.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ProtocolError(
+            ErrorCode.INVALID_UTF8,
+            f"binary frame is not UTF-8 text (bad byte at offset {error.start})",
+        ) from None
+
+
+def load_json_object(text: str) -> dict[str, Any]:
+    """Parse a message body that must be a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ProtocolError(
+            ErrorCode.INVALID_JSON,
+            f"message is not JSON ({error.msg} at line {error.lineno} column {error.colno})",
+        ) from None
+    if not isinstance(value, dict):
+        raise ProtocolError(
+            ErrorCode.NOT_AN_OBJECT,
+            f"message must be a JSON object, not {_json_kind(value)}",
+        )
+    return value
+
+
+def parse_client_message(raw: str | bytes, voices: frozenset[str] | None = None) -> ClientMessage:
+    """Turn one WebSocket frame into a message, or raise ``ProtocolError`` with a stable code."""
+    text = decode_message_bytes(raw) if isinstance(raw, bytes) else raw
+    body = load_json_object(text)
+    kind = body.get("type")
+    if kind is None or kind == "synthesize":
+        return validate_synthesis_request(body, voices)
+    request_id = _request_id_of(body)
+    if kind == "cancel":
+        return _validate(CancelMessage, body, None, request_id)
+    if kind == "close":
+        return _validate(CloseMessage, body, None, request_id)
+    raise ProtocolError(
+        ErrorCode.UNKNOWN_TYPE,
+        f"unknown message type {kind!r}; expected a text to speak, 'cancel' or 'close'",
+        request_id,
+    )
+
+
+def validate_synthesis_request(
+    body: dict[str, Any], voices: frozenset[str] | None = None
+) -> SynthesisRequest:
+    """Validate a synthesis request body (also used by ``POST /invocations``)."""
+    return _validate(SynthesisRequest, body, voices, _request_id_of(body))
+
+
+def _validate[M: BaseModel](
+    model: type[M], body: dict[str, Any], voices: frozenset[str] | None, request_id: str | None
+) -> M:
+    try:
+        return model.model_validate(body, context={"voices": voices})
+    except ValidationError as error:
+        raise _protocol_error(error, request_id) from None
+
+
+def _protocol_error(error: ValidationError, request_id: str | None) -> ProtocolError:
+    """Map pydantic's first error to one stable code and a sentence without Python internals."""
+    first = error.errors(include_url=False)[0]
+    # Our models are flat, so the first part of the location names the field.
+    kind, field = first["type"], str(first["loc"][0]) if first["loc"] else "message"
+    if kind in ErrorCode._value2member_map_:
+        return ProtocolError(ErrorCode(kind), first["msg"], request_id)
+    if field == "text" and kind == "missing":
+        return ProtocolError(ErrorCode.MISSING_TEXT, "message has no 'text' to speak", request_id)
+    received = _json_kind(first.get("input"))
+    return ProtocolError(
+        ErrorCode.INVALID_FIELD,
+        f"field '{field}' is invalid: {first['msg']} (got {received})",
+        request_id,
+    )
+
+
+def _request_id_of(body: dict[str, Any]) -> str | None:
+    value = body.get("request_id")
+    return value if isinstance(value, str) and 0 < len(value) <= MAX_REQUEST_ID_CHARS else None
+
+
+def _json_kind(value: object) -> str:
+    match value:
+        case None:
+            return "null"
+        case bool():
+            return "a boolean"
+        case int() | float():
+            return "a number"
+        case str():
+            return "a string"
+        case list():
+            return "an array"
+        case dict():
+            return "an object"
+    return type(value).__name__

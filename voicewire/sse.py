@@ -1,0 +1,52 @@
+"""Server-Sent Events carrying JSON: ``data: {json}\\n\\n`` per event.
+
+The decoder is incremental because delivery chunks do not respect event boundaries (the seed saw
+4 logical MP3 frames arrive in 6 delivery chunks, 2 ending mid-frame): it buffers *bytes* and acts
+only on the blank-line delimiter, so an event, or a multi-byte UTF-8 character, split across
+chunks is decoded only once it is whole.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+_DELIMITER = b"\n\n"
+
+
+def encode_sse_event(payload: dict[str, Any]) -> bytes:
+    """One event; compact JSON never contains a raw newline, so one ``data:`` line suffices."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode("utf-8") + _DELIMITER
+
+
+class SseDecoder:
+    """Feed delivery chunks, get whole events' JSON payloads.
+
+    >>> decoder = SseDecoder()
+    >>> decoder.feed(b'data: {"a": 1}\\n\\ndata: {"b"')
+    [{'a': 1}]
+    >>> decoder.feed(b': 2}\\n\\n')
+    [{'b': 2}]
+    """
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, chunk: bytes) -> list[dict[str, Any]]:
+        self._buffer += chunk.replace(b"\r\n", b"\n")
+        events = []
+        while (end := self._buffer.find(_DELIMITER)) >= 0:
+            block, self._buffer = self._buffer[:end], self._buffer[end + len(_DELIMITER) :]
+            data = [
+                line[5:].removeprefix(b" ")
+                for line in block.split(b"\n")
+                if line.startswith(b"data:")
+            ]
+            if data:  # comment-only or id/event-only blocks carry no payload
+                events.append(json.loads(b"\n".join(data).decode("utf-8")))
+        return events
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of an incomplete event still held (non-zero at end of stream = truncated)."""
+        return len(self._buffer)
