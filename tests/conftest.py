@@ -1,4 +1,4 @@
-"""Shared fixtures: the real Kokoro-82M ONNX engine, loaded once, and speech servers on real ports."""
+"""Shared fixtures: the real Kokoro-82M ONNX engine, loaded once; speech servers on real ports."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import httpx
 import pytest
 import uvicorn
-
 from speech_server.app import EngineFactory, create_app
 from speech_server.engines import SpeechEngine
 from speech_server.engines.onnx_engine import KokoroOnnxEngine
@@ -86,7 +85,9 @@ def speech_server(onnx_engine: KokoroOnnxEngine) -> Iterator[RunningServer]:
 def server_factory() -> Iterator[Callable[..., RunningServer]]:
     started: list[RunningServer] = []
 
-    def factory(engine_factory: Callable[[], SpeechEngine], wait_ready: bool = True) -> RunningServer:
+    def factory(
+        engine_factory: Callable[[], SpeechEngine], wait_ready: bool = True
+    ) -> RunningServer:
         running = start_server(engine_factory, wait_ready)
         started.append(running)
         return running

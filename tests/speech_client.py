@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,24 +20,20 @@ class Reply:
     complete: dict[str, Any] | None = None
 
 
-async def next_control(ws: ClientConnection, timeout: float = 60) -> dict[str, Any]:
+async def next_control(ws: ClientConnection, wait: float = 60) -> dict[str, Any]:
     """The next text frame as JSON, failing if a binary frame comes first."""
-    import asyncio
-
-    frame = await asyncio.wait_for(ws.recv(), timeout)
+    frame = await asyncio.wait_for(ws.recv(), wait)
     assert isinstance(frame, str), f"expected a control frame, got {len(frame)} bytes of audio"
     return json.loads(frame)
 
 
-async def collect_reply(ws: ClientConnection, timeout: float = 120) -> Reply:
+async def collect_reply(ws: ClientConnection, wait: float = 120) -> Reply:
     """Read one request's answer: synthesis_start, binary frames, synthesis_complete."""
-    import asyncio
-
-    start = await next_control(ws, timeout)
+    start = await next_control(ws, wait)
     assert start["type"] == "synthesis_start", start
     reply = Reply(start)
     while True:
-        frame = await asyncio.wait_for(ws.recv(), timeout)
+        frame = await asyncio.wait_for(ws.recv(), wait)
         if isinstance(frame, bytes):
             reply.audio += frame
             reply.frames += 1

@@ -6,12 +6,12 @@ import asyncio
 import json
 import threading
 
+import httpx
 import numpy as np
 import pytest
+from speech_client import collect_reply, next_control
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosedOK, InvalidStatus
-
-from speech_client import collect_reply, next_control
 
 SAMPLE_RATE = 24_000
 
@@ -265,8 +265,6 @@ async def test_engine_failure_is_an_error_frame_and_the_session_survives(
 
 
 async def test_ping_says_loading_until_the_model_is_ready(onnx_engine, server_factory):
-    import httpx
-
     release = threading.Event()
 
     def slow_load():
@@ -295,14 +293,13 @@ async def test_ping_reports_a_failed_load(server_factory):
     def broken_load():
         raise RuntimeError("no weights here")
 
-    import httpx
-
     server = server_factory(broken_load, wait_ready=False)
-    for _ in range(200):
-        response = httpx.get(f"{server.base_url}/ping")
-        if response.status_code != 503:
-            break
-        await asyncio.sleep(0.02)
+    async with httpx.AsyncClient(base_url=server.base_url) as http:
+        for _ in range(200):
+            response = await http.get("/ping")
+            if response.status_code != 503:
+                break
+            await asyncio.sleep(0.02)
     assert response.status_code == 500
     assert response.json()["code"] == "model_load_failed"
     assert "no weights here" in response.json()["message"]

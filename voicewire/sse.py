@@ -16,7 +16,11 @@ _DELIMITER = b"\n\n"
 
 def encode_sse_event(payload: dict[str, Any]) -> bytes:
     """One event; compact JSON never contains a raw newline, so one ``data:`` line suffices."""
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode("utf-8") + _DELIMITER
+    return (
+        b"data: "
+        + json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode()
+        + _DELIMITER
+    )
 
 
 class SseDecoder:

@@ -30,6 +30,12 @@ class EngineSettings:
     device: str | None = None
     lang: str = "en-us"
 
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINE_NAMES:
+            raise ValueError(f"engine must be one of {ENGINE_NAMES}, not {self.engine!r}")
+        if (self.model_path is None) != (self.voices_path is None):
+            raise ValueError("give both a model path and a voices path, or neither")
+
     @classmethod
     def from_env(cls, **overrides: object) -> EngineSettings:
         """Environment first, then every override that is not ``None`` (flags win)."""
@@ -44,8 +50,6 @@ class EngineSettings:
             "lang": env.get("VOICEWIRE_LANG", "en-us"),
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
-        if values["engine"] not in ENGINE_NAMES:
-            raise ValueError(f"engine must be one of {ENGINE_NAMES}, not {values['engine']!r}")
         return cls(**values)  # type: ignore[arg-type]
 
 

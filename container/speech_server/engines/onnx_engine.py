@@ -34,8 +34,6 @@ class KokoroOnnxEngine:
 
     @classmethod
     def from_settings(cls, settings: EngineSettings) -> KokoroOnnxEngine:
-        if (settings.model_path is None) != (settings.voices_path is None):
-            raise ModelAssetError("give both --model-path and --voices-path, or neither")
         if settings.model_path is not None and settings.voices_path is not None:
             model_path, voices_path = settings.model_path, settings.voices_path
             for path in (model_path, voices_path):
