@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 import uvicorn
+
 from speech_server.app import EngineFactory, create_app
 from speech_server.engines import SpeechEngine
 from speech_server.engines.onnx_engine import KokoroOnnxEngine

@@ -6,6 +6,7 @@ import itertools
 
 from hypothesis import given
 from hypothesis import strategies as st
+
 from speech_server.chunk_plan import DEFAULT_POLICY, pause_after, plan_chunks
 
 SEED_TEXT = (

@@ -71,6 +71,9 @@ def create_app(engine_factory: EngineFactory) -> Starlette:
         if slot.synthesizer is not None:
             slot.synthesizer.close()
 
+    def not_ready_response() -> Response:
+        return error_response(not_ready(), 503 if slot.status == "loading" else 500)
+
     def not_ready() -> ProtocolError:
         if slot.status == "failed":
             return ProtocolError(
@@ -90,17 +93,16 @@ def create_app(engine_factory: EngineFactory) -> Starlette:
                     "sample_rate": engine.sample_rate,
                 }
             )
-        return error_response(not_ready(), 503 if slot.status == "loading" else 500)
+        return not_ready_response()
 
     async def invoke(request: Request) -> Response:
         if slot.synthesizer is None:
-            return error_response(not_ready(), 503)
+            return not_ready_response()
         return await invocations(request, slot.synthesizer)
 
     async def bidi(websocket: WebSocket) -> None:
         if slot.synthesizer is None:
-            error = not_ready()
-            await websocket.send_denial_response(error_response(error, 503))
+            await websocket.send_denial_response(not_ready_response())
             return
         await BidiSession(websocket, slot.synthesizer).run()
 

@@ -17,7 +17,7 @@ With ``fast_start`` (the default)::
        >>> plan_chunks("Sure! Here is the plan.")[0]          # a sentence end is a boundary
        'Sure!'
        >>> plan_chunks("In the long history of our small and quiet town nobody ever")[0]
-       'In the long history of our'
+       'In the long history of'
 
 2. Each later chunk may be ``growth`` times longer than the one before it (up to ``max_chars``):
    whole sentences are packed while they fit; a sentence longer than the budget is cut at its last
@@ -51,8 +51,8 @@ class ChunkPolicy:
     before the previous chunk's audio has played."""
 
     first_min_chars: int = 10
-    first_max_words: int = 6
-    growth: float = 2.5
+    first_max_words: int = 5
+    growth: float = 2.0
     later_min_chars: int = 30  # below this the model's fixed cost per call dominates
     min_tail_chars: int = 12  # never leave a stub like "plan." to be spoken on its own
     max_chars: int = 320  # well under the model's 510 phonemes

@@ -1,0 +1,72 @@
+"""``voicewire serve-speech`` as a user runs it: a real process on a real port."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+from conftest import free_port
+
+
+def voicewire(*args: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "voicewire.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, **env},
+    )
+
+
+def test_serve_speech_reports_progress_becomes_ready_and_stops_on_ctrl_c(tmp_path):
+    port = free_port()
+    # A fresh cache directory: this is a first run, which assembles the model.
+    process = voicewire("serve-speech", "--port", str(port), VOICEWIRE_CACHE_DIR=str(tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        status = None
+        while time.monotonic() < deadline and process.poll() is None:
+            try:
+                status = httpx.get(f"http://127.0.0.1:{port}/ping", timeout=2).status_code
+            except httpx.TransportError:
+                status = None
+            if status == 200:
+                break
+            time.sleep(0.1)
+        assert status == 200
+        voice = httpx.get(f"http://127.0.0.1:{port}/ping").json()["default_voice"]
+        assert voice == "jm_kumo"
+    finally:
+        process.send_signal(signal.SIGINT)
+        output, _ = process.communicate(timeout=30)
+    assert process.returncode == 0, output
+    assert "assembling Kokoro-82M int8 ONNX" in output
+    assert "model ready" in output
+    assert "Traceback" not in output
+
+
+def test_a_port_in_use_is_a_one_line_error():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = voicewire("serve-speech", "--port", str(port))
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert output.strip().splitlines() == [
+        f"voicewire serve-speech: port {port} on 127.0.0.1 is already in use"
+    ]
+
+
+def test_half_given_model_files_are_a_one_line_error():
+    process = voicewire("serve-speech", "--model-path", "model.onnx")
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert output.strip().splitlines() == [
+        "voicewire serve-speech: give both a model path and a voices path, or neither"
+    ]

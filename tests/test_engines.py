@@ -1,0 +1,115 @@
+"""Engine selection, model assembly from the PyPI parts, and the torch engine where it can run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from speech_server import model_assets
+from speech_server.engines import choose_default_voice, load_engine
+from speech_server.engines.torch_engine import _model_files
+from speech_server.model_assets import ModelAssetError, bundled_model_path, expected_model_sha256
+from speech_server.settings import EngineSettings
+
+
+def test_model_is_assembled_once_and_verified(tmp_path):
+    messages: list[str] = []
+    path = bundled_model_path(tmp_path, progress=messages.append)
+    assert path.parent == tmp_path
+    assert expected_model_sha256()[:12] in path.name
+    assert model_assets._sha256_of(path) == expected_model_sha256()
+    assert any("assembling" in message for message in messages)
+    assert path.stat().st_size > 80_000_000
+    messages.clear()
+    assert bundled_model_path(tmp_path, progress=messages.append) == path
+    assert messages == []  # the second start reuses the verified file silently
+
+
+def test_a_corrupted_cache_is_rebuilt(tmp_path):
+    path = bundled_model_path(tmp_path, progress=lambda _: None)
+    with path.open("r+b") as model:
+        model.seek(1000)
+        model.write(b"\x00" * 64)
+    messages: list[str] = []
+    assert bundled_model_path(tmp_path, progress=messages.append) == path
+    assert model_assets._sha256_of(path) == expected_model_sha256()
+    assert any("does not match" in message for message in messages)
+
+
+def test_parts_that_do_not_match_the_shipped_sha256_are_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(model_assets, "_part_bytes", lambda package: b"not the model")
+    with pytest.raises(ModelAssetError, match="sha256"):
+        bundled_model_path(tmp_path, progress=lambda _: None)
+    assert list(tmp_path.iterdir()) == []  # no half-written model is left behind
+
+
+def test_settings_come_from_the_environment_and_flags_win(monkeypatch, tmp_path):
+    monkeypatch.setenv("VOICEWIRE_ENGINE", "torch")
+    monkeypatch.setenv("VOICEWIRE_VOICE", "af_heart")
+    monkeypatch.setenv("VOICEWIRE_MODEL_DIR", str(tmp_path))
+    settings = EngineSettings.from_env(voice="am_adam")
+    assert settings.engine == "torch" and settings.voice == "am_adam"
+    assert settings.model_dir == tmp_path
+
+
+def test_bad_settings_are_refused_with_a_sentence():
+    with pytest.raises(ValueError, match="engine must be one of"):
+        EngineSettings(engine="tensorflow")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="both a model path and a voices path"):
+        EngineSettings(model_path=Path("model.onnx"))
+
+
+def test_default_voice_prefers_the_most_intelligible_english():
+    assert choose_default_voice(frozenset({"jf_alpha", "jm_kumo"}), None) == "jm_kumo"
+    assert choose_default_voice(frozenset({"af_heart", "jm_kumo"}), None) == "af_heart"
+    assert choose_default_voice(frozenset({"zz", "aa"}), None) == "aa"
+    with pytest.raises(ValueError, match="not in this voice pack"):
+        choose_default_voice(frozenset({"jm_kumo"}), "af_heart")
+
+
+def test_user_given_onnx_files_are_loaded(tmp_path):
+    """``--model-path``/``--voices-path``: here the same files, given as a user would."""
+    model = bundled_model_path(tmp_path, progress=lambda _: None)
+    voices = model_assets.bundled_voices_path()
+    engine = load_engine(EngineSettings(model_path=model, voices_path=voices, voice="jf_alpha"))
+    assert engine.default_voice == "jf_alpha"
+    audio = engine.synthesize("Yes.", "jf_alpha", 1.0)
+    assert audio.dtype == np.float32 and np.abs(audio).max() > 0.05
+
+
+def test_missing_user_files_are_a_clear_error(tmp_path):
+    settings = EngineSettings(model_path=tmp_path / "none.onnx", voices_path=tmp_path / "v.bin")
+    with pytest.raises(ModelAssetError, match="does not exist"):
+        load_engine(settings)
+
+
+def test_torch_model_directory_must_hold_the_release_layout(tmp_path):
+    with pytest.raises(ModelAssetError, match=r"config\.json.*\.pth.*voices"):
+        _model_files(tmp_path)
+
+
+def test_torch_engine_without_its_extra_says_how_to_install_it(tmp_path):
+    try:
+        import kokoro  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError:
+        with pytest.raises(ModelAssetError, match="--extra torch"):
+            load_engine(EngineSettings(engine="torch", model_dir=tmp_path))
+    else:
+        pytest.skip("torch and kokoro are installed here")
+
+
+@pytest.mark.torch
+def test_torch_engine_speaks_from_a_local_model_directory():
+    """Runs where the torch extra is installed and VOICEWIRE_TEST_MODEL_DIR holds the weights."""
+    pytest.importorskip("torch")
+    pytest.importorskip("kokoro")
+    model_dir = os.environ.get("VOICEWIRE_TEST_MODEL_DIR")
+    if not model_dir:
+        pytest.skip("set VOICEWIRE_TEST_MODEL_DIR to a Kokoro-82M model directory")
+    engine = load_engine(EngineSettings(engine="torch", model_dir=Path(model_dir)))
+    audio = engine.synthesize("Hello from the GPU engine.", engine.default_voice, 1.0)
+    assert audio.dtype == np.float32 and np.abs(audio).max() > 0.05
