@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
-from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from speech_server.synthesis import SynthesisStats, Synthesizer
 from voicewire.speech_protocol import (
@@ -170,36 +170,45 @@ class BidiSession:
         stats = SynthesisStats()
         await self.websocket.send_text(dump_frame(SynthesisStart(request_id=pending.request_id)))
         status = "complete"
+        frames = self.synthesizer.pcm_frames(
+            request.text,
+            request.voice or self.engine.default_voice,
+            request.speed,
+            fast_start=request.fast_start,
+            cancelled=pending.cancelled,
+            stats=stats,
+        )
         try:
-            async for frame in self.synthesizer.pcm_frames(
-                request.text,
-                request.voice or self.engine.default_voice,
-                request.speed,
-                fast_start=request.fast_start,
-                cancelled=pending.cancelled,
-                stats=stats,
-            ):
-                await self.websocket.send_bytes(frame)
-        except (WebSocketDisconnect, asyncio.CancelledError):
-            raise
-        except Exception:
-            # The detail goes to the log, never to the client: it would leak internals and
-            # read like a protocol error (the seed's KeyError('text') lesson).
-            logger.exception("session %d: synthesis of %s failed", self.number, pending.request_id)
-            status = "failed"
-            await self.websocket.send_text(
-                dump_frame(
-                    ErrorFrame(
-                        code=ErrorCode.SYNTHESIS_FAILED,
-                        message="the speech engine failed on this text; the session is still open",
-                        request_id=pending.request_id,
+            while True:
+                # Only the engine's failures are caught here; a failed send (the client left)
+                # propagates and ends the session.
+                try:
+                    frame = await anext(frames)
+                except StopAsyncIteration:
+                    break
+                except Exception:
+                    # The detail goes to the log, never to the client: it would leak internals
+                    # and read like a protocol error (the seed's KeyError('text') lesson).
+                    logger.exception(
+                        "session %d: synthesis of %s failed", self.number, pending.request_id
                     )
-                )
-            )
+                    status = "failed"
+                    await self.websocket.send_text(
+                        dump_frame(
+                            ErrorFrame(
+                                code=ErrorCode.SYNTHESIS_FAILED,
+                                message="the speech engine failed on this text; "
+                                "the session is still open",
+                                request_id=pending.request_id,
+                            )
+                        )
+                    )
+                    break
+                await self.websocket.send_bytes(frame)
+        finally:
+            await frames.aclose()
         if pending.cancelled.is_set() and status == "complete":
             status = "cancelled"
-        if self.websocket.application_state != WebSocketState.CONNECTED:
-            return
         await self.websocket.send_text(
             dump_frame(
                 SynthesisComplete(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -82,7 +82,7 @@ class Synthesizer:
         fast_start: bool = True,
         cancelled: asyncio.Event | None = None,
         stats: SynthesisStats | None = None,
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes]:
         """Yield s16le PCM frames of at most ``frame_bytes`` as soon as each chunk exists.
 
         Raises whatever the engine raised; stops early, without raising, once ``cancelled`` is set.
