@@ -176,10 +176,13 @@ class SynthesisStart(BaseModel):
     channels: int = CHANNELS
 
 
+CompletionStatus = Literal["complete", "cancelled", "failed"]
+
+
 class SynthesisComplete(BaseModel):
     type: Literal["synthesis_complete"] = "synthesis_complete"
     request_id: str
-    status: Literal["complete", "cancelled", "failed"] = "complete"
+    status: CompletionStatus = "complete"
     audio_seconds: float
     audio_bytes: int
     chunks: int

@@ -27,10 +27,10 @@ from voicewire.speech_protocol import (
     MAX_PENDING_REQUESTS,
     CancelMessage,
     CloseMessage,
+    CompletionStatus,
     ErrorCode,
     ErrorFrame,
     ProtocolError,
-    SynthesisComplete,
     SynthesisRequest,
     SynthesisStart,
     dump_frame,
@@ -169,7 +169,7 @@ class BidiSession:
         request = pending.request
         stats = SynthesisStats()
         await self.websocket.send_text(dump_frame(SynthesisStart(request_id=pending.request_id)))
-        status = "complete"
+        status: CompletionStatus = "complete"
         frames = self.synthesizer.pcm_frames(
             request.text,
             request.voice or self.engine.default_voice,
@@ -209,16 +209,5 @@ class BidiSession:
             await frames.aclose()
         if pending.cancelled.is_set() and status == "complete":
             status = "cancelled"
-        await self.websocket.send_text(
-            dump_frame(
-                SynthesisComplete(
-                    request_id=pending.request_id,
-                    status=status,
-                    audio_seconds=round(stats.audio_bytes / 2 / self.engine.sample_rate, 3),
-                    audio_bytes=stats.audio_bytes,
-                    chunks=stats.chunks,
-                    first_audio_ms=stats.first_audio_ms,
-                    elapsed_ms=stats.elapsed_ms,
-                )
-            )
-        )
+        complete = stats.complete_frame(pending.request_id, self.engine.sample_rate, status)
+        await self.websocket.send_text(dump_frame(complete))

@@ -27,7 +27,6 @@ from voicewire.speech_protocol import (
     ErrorCode,
     ErrorFrame,
     ProtocolError,
-    SynthesisComplete,
     SynthesisRequest,
     load_json_object,
     validate_synthesis_request,
@@ -127,14 +126,7 @@ async def _as_sse(
                 )
                 seq += 1
                 continue
-            complete = SynthesisComplete(
-                request_id=request_id,
-                audio_seconds=round(item.audio_bytes / 2 / synthesizer.engine.sample_rate, 3),
-                audio_bytes=item.audio_bytes,
-                chunks=item.chunks,
-                first_audio_ms=item.first_audio_ms,
-                elapsed_ms=item.elapsed_ms,
-            )
+            complete = item.complete_frame(request_id, synthesizer.engine.sample_rate)
             yield encode_sse_event(complete.model_dump(mode="json", exclude_none=True))
     except Exception:
         logger.exception("SSE synthesis of %s failed", request_id)

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from speech_server.chunk_plan import pause_after, plan_chunks
 from speech_server.engines import SpeechEngine
-from voicewire.speech_protocol import SAMPLE_WIDTH
+from voicewire.speech_protocol import SAMPLE_WIDTH, CompletionStatus, SynthesisComplete
 
 FRAME_SECONDS = 0.2  # 9,600 bytes of 24 kHz s16le: fine-grained for cancel, small overhead
 SILENCE_THRESHOLD = 0.01  # |sample| below this, at the ends of a chunk, is silence
@@ -54,6 +54,20 @@ class SynthesisStats:
     @property
     def elapsed_ms(self) -> float:
         return round((time.perf_counter() - self.started) * 1000, 1)
+
+    def complete_frame(
+        self, request_id: str, sample_rate: int, status: CompletionStatus = "complete"
+    ) -> SynthesisComplete:
+        """The ``synthesis_complete`` frame that closes this request's answer."""
+        return SynthesisComplete(
+            request_id=request_id,
+            status=status,
+            audio_seconds=round(self.audio_bytes / SAMPLE_WIDTH / sample_rate, 3),
+            audio_bytes=self.audio_bytes,
+            chunks=self.chunks,
+            first_audio_ms=self.first_audio_ms,
+            elapsed_ms=self.elapsed_ms,
+        )
 
 
 class _End:
