@@ -1,0 +1,20 @@
+"""Typed failures of a speech session; each carries a stable ``code``."""
+
+from __future__ import annotations
+
+
+class SpeechSessionError(Exception):
+    def __init__(self, code: str, message: str, request_id: str | None = None) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+class SpeechServerError(SpeechSessionError):
+    """The server answered a request with an ``error`` frame (``code`` is the server's)."""
+
+
+class SpeechStreamError(SpeechSessionError):
+    """The stream itself failed: ``model_stream_error`` and ``internal_stream_failure`` (from
+    SageMaker), ``connection_closed`` (the server went away), ``connect_failed``."""

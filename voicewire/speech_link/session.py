@@ -1,0 +1,258 @@
+"""``SpeechSession``: many requests in flight on one speech-server session, each read in order.
+
+The server answers requests strictly in the order they were sent (``docs/protocol.md``), so a
+single reader task can route every frame: ``synthesis_start`` names the request that the next
+audio frames belong to, ``synthesis_complete`` ends it, and an ``error`` frame names its request
+(or, without a ``request_id``, answers the oldest request not yet started).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Self
+
+from voicewire.control_frame import decode_control_frame
+from voicewire.speech_link.errors import SpeechServerError, SpeechSessionError, SpeechStreamError
+from voicewire.speech_link.transport import SpeechTransport
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SynthesisStarted:
+    request_id: str
+    sample_rate: int
+    encoding: str
+    channels: int
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    request_id: str
+    pcm: bytes
+
+
+@dataclass(frozen=True)
+class SynthesisCompleted:
+    request_id: str
+    status: str  # complete | cancelled | failed
+    audio_bytes: int
+    audio_seconds: float
+    first_audio_ms: float | None
+    elapsed_ms: float
+
+
+SpeechEvent = SynthesisStarted | AudioChunk | SynthesisCompleted
+_Item = SpeechEvent | SpeechSessionError
+
+
+class SpeechSession:
+    def __init__(self, transport: SpeechTransport, close_timeout: float = 30) -> None:
+        self._transport = transport
+        self._close_timeout = close_timeout
+        self._queues: dict[str, asyncio.Queue[_Item]] = {}
+        self._unstarted: deque[str] = deque()  # sent, not yet answered: answers come in order
+        self._current: str | None = None  # the request the next audio frames belong to
+        self._reader: asyncio.Task[None] | None = None
+        self._failure: SpeechSessionError | None = None
+        self._closing = False
+        self._prefix = uuid.uuid4().hex[:8]
+        self._numbers = itertools.count(1)
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        await self._transport.connect()
+        self._reader = asyncio.create_task(self._read(), name="speech-session-reader")
+
+    async def send(
+        self,
+        text: str,
+        *,
+        request_id: str | None = None,
+        voice: str | None = None,
+        speed: float | None = None,
+        fast_start: bool | None = None,
+    ) -> str:
+        """Queue a text for synthesis without waiting; returns its request id."""
+        if self._failure is not None:
+            raise self._failure
+        request_id = request_id or f"{self._prefix}-{next(self._numbers)}"
+        message: dict[str, Any] = {"text": text, "request_id": request_id}
+        if voice is not None:
+            message["voice"] = voice
+        if speed is not None:
+            message["speed"] = speed
+        if fast_start is not None:
+            message["fast_start"] = fast_start
+        self._queues[request_id] = asyncio.Queue()
+        self._unstarted.append(request_id)
+        await self._transport.send_message(json.dumps(message).encode())
+        return request_id
+
+    async def events(self, request_id: str) -> AsyncIterator[SpeechEvent]:
+        """This request's events in order, ending with ``SynthesisCompleted``.
+
+        Raises ``SpeechServerError`` if the server answered with an error frame and
+        ``SpeechStreamError`` if the stream failed before the request completed.
+        """
+        queue = self._queues.get(request_id)
+        if queue is None:
+            raise KeyError(f"no request {request_id!r} was sent on this session")
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, SpeechSessionError):
+                    raise item
+                yield item
+                if isinstance(item, SynthesisCompleted):
+                    return
+        finally:
+            self._queues.pop(request_id, None)
+
+    async def synthesize(self, text: str, **options: Any) -> tuple[bytes, SynthesisCompleted]:
+        """Send one text and collect its whole audio (a convenience for tools and tests)."""
+        request_id = await self.send(text, **options)
+        audio = bytearray()
+        async for event in self.events(request_id):
+            if isinstance(event, AudioChunk):
+                audio += event.pcm
+            elif isinstance(event, SynthesisCompleted):
+                return bytes(audio), event
+        raise AssertionError("unreachable: events() ends with SynthesisCompleted")
+
+    async def cancel(self, request_id: str | None = None) -> None:
+        """Cancel one request, or every pending one; each still ends with SynthesisCompleted."""
+        message: dict[str, Any] = {"type": "cancel"}
+        if request_id is not None:
+            message["request_id"] = request_id
+        await self._transport.send_message(json.dumps(message).encode())
+
+    async def close(self) -> None:
+        """Send ``close``, let the server answer what is pending, and end the stream."""
+        if self._closing:
+            return
+        self._closing = True
+        try:
+            if self._failure is None:
+                with contextlib.suppress(SpeechSessionError):
+                    await self._transport.send_message(b'{"type": "close"}')
+            await self._transport.close()
+            if self._reader is not None:
+                await asyncio.wait_for(asyncio.shield(self._reader), self._close_timeout)
+        except TimeoutError:
+            logger.warning("speech session did not close within %.0f s", self._close_timeout)
+        finally:
+            if self._reader is not None:
+                self._reader.cancel()
+            abort = getattr(self._transport, "abort", None)
+            if abort is not None:
+                await abort()
+
+    # --- the reader --------------------------------------------------------------------------
+
+    async def _read(self) -> None:
+        try:
+            while (frame := await self._transport.receive()) is not None:
+                self._route(frame)
+            failure = SpeechStreamError("connection_closed", "the speech server ended the session")
+        except SpeechSessionError as error:
+            failure = error
+        if self._queues and not (self._closing and failure.code == "connection_closed"):
+            self._failure = failure
+        for request_id in list(self._queues):
+            self._queues[request_id].put_nowait(
+                SpeechStreamError(failure.code, failure.message, request_id)
+            )
+
+    def _route(self, frame: str | bytes) -> None:
+        if isinstance(frame, str):
+            control = _json_object(frame)
+        else:
+            control = decode_control_frame(frame)
+            if control is None:
+                self._deliver(self._current, AudioChunk(self._current or "", frame))
+                return
+        if control is None:
+            logger.warning("ignoring a text frame that is not a JSON object")
+            return
+        match control.get("type"):
+            case "synthesis_start":
+                request_id = str(control.get("request_id"))
+                self._current = request_id
+                _discard(self._unstarted, request_id)
+                self._deliver(
+                    request_id,
+                    SynthesisStarted(
+                        request_id,
+                        int(control.get("sample_rate", 24_000)),
+                        str(control.get("encoding", "pcm_s16le")),
+                        int(control.get("channels", 1)),
+                    ),
+                )
+            case "synthesis_complete":
+                request_id = str(control.get("request_id"))
+                self._current = None
+                self._deliver(
+                    request_id,
+                    SynthesisCompleted(
+                        request_id,
+                        str(control.get("status", "complete")),
+                        int(control.get("audio_bytes", 0)),
+                        float(control.get("audio_seconds", 0.0)),
+                        control.get("first_audio_ms"),
+                        float(control.get("elapsed_ms", 0.0)),
+                    ),
+                )
+            case "error":
+                request_id = control.get("request_id")
+                if request_id is None and self._unstarted:
+                    request_id = self._unstarted[0]
+                if request_id is not None:
+                    _discard(self._unstarted, request_id)
+                code, message = str(control.get("code")), str(control.get("message"))
+                self._deliver(request_id, SpeechServerError(code, message, request_id))
+            case other:
+                logger.warning("ignoring an unknown control frame type %r", other)
+
+    def _deliver(self, request_id: str | None, item: _Item) -> None:
+        queue = self._queues.get(request_id) if request_id is not None else None
+        if queue is not None:
+            queue.put_nowait(item)
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _discard(pending: deque[str], request_id: str) -> None:
+    with contextlib.suppress(ValueError):
+        pending.remove(request_id)
+
+
+def open_speech_session(target: str, *, region: str | None = None) -> SpeechSession:
+    """A session (not yet open; use ``async with``) for a ``ws://`` URL or a SageMaker endpoint."""
+    if target.startswith(("ws://", "wss://")):
+        from voicewire.speech_link.websocket_transport import WebSocketTransport
+
+        return SpeechSession(WebSocketTransport(target))
+    from voicewire.speech_link.sagemaker_transport import SageMakerTransport
+
+    return SpeechSession(SageMakerTransport(target.removeprefix("sagemaker:"), region=region))
