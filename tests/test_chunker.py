@@ -130,9 +130,7 @@ def chunk_all(text: str, cuts: list[int] | None = None, **options: object) -> li
     for cut in [*sorted(set(cuts or [])), len(text)]:
         chunks += chunker.feed(text[previous:cut])
         previous = cut
-    if rest := chunker.flush():
-        chunks.append(rest)
-    return chunks
+    return chunks + chunker.finish()
 
 
 @pytest.mark.parametrize(("text", "expected"), CORPUS, ids=[text[:40] for text, _ in CORPUS])
@@ -202,6 +200,13 @@ def test_flush_returns_none_when_nothing_is_left_and_resets():
     assert chunker.flush() is None
     # A new stream: its first clause may be cut early again.
     assert chunker.feed("Right, so this is new, ") == ["Right, so this is new,"]
+
+
+def test_finish_cuts_what_only_the_end_could_settle():
+    # A table row is settled only at its line's end; at the end of the stream it still gets cut.
+    chunker = IncrementalSentenceChunker(max_chars=20)
+    assert chunker.feed("| a | b | Hello Hello Hello") == []
+    assert chunker.finish() == ["a, b, Hello Hello", "Hello"]
 
 
 def test_max_chars_has_a_floor():

@@ -2,8 +2,8 @@
 
 ``IncrementalSentenceChunker`` keeps the seed's contract: ``feed(fragment)`` returns the chunks
 this fragment completed and holds back the rest; ``flush()`` returns the remainder, even without
-final punctuation, and resets for the next stream. It is the seed's ``(?<=[.!?])\\s+`` made safe
-and fast::
+final punctuation, and resets for the next stream (``finish()`` returns it as chunks). It is
+the seed's ``(?<=[.!?])\\s+`` made safe and fast::
 
     >>> chunker = IncrementalSentenceChunker()
     >>> chunker.feed("Dr. Smith paid $29.99 at 10:30")
@@ -97,14 +97,21 @@ class IncrementalSentenceChunker:
         return self._scan(final=False)
 
     def flush(self) -> str | None:
-        """The rest of the stream as one string (``None`` if nothing is left); then reset."""
+        """The rest of the stream as one string (``None`` if nothing is left); then reset.
+
+        The seed's contract. The rest is usually one unfinished sentence, but text that could
+        only be settled at the end (an open table row or list line) may hold several: ``finish``
+        returns them as separate chunks.
+        """
+        return " ".join(self.finish()) or None
+
+    def finish(self) -> list[str]:
+        """The rest of the stream as chunks, cut by the same rules as ``feed``; then reset."""
         self._text += self._speech.flush()
         chunks = self._scan(final=True)
-        rest = self._text.strip()
-        if rest:
-            chunks.append(rest)
+        self._emit(chunks, self._text)
         self._reset()
-        return " ".join(chunks) or None
+        return chunks
 
     # --- scanning -----------------------------------------------------------------------------
 
@@ -112,11 +119,9 @@ class IncrementalSentenceChunker:
         chunks: list[str] = []
         text, i = self._text, self._scanned
         while i < len(text):
-            if i >= self.max_chars + _leading_space(text):
-                cut = text.rfind(" ", 0, i)
-                cut = cut if cut > _leading_space(text) else i
-                self._emit(chunks, text[:cut])
-                text, i = self._advance(text, cut)
+            limit = self.max_chars + _leading_space(text)
+            if i >= limit:
+                text, i = self._cut_at_word(text, limit, chunks)
                 continue
             end = self._boundary_at(text, i, final)
             if end is None:  # undecided: wait for more text
@@ -124,10 +129,20 @@ class IncrementalSentenceChunker:
             if end < 0:
                 i += 1
                 continue
+            if end > limit:  # the marks after the boundary ("(ok.)") would overflow the chunk
+                text, i = self._cut_at_word(text, limit, chunks)
+                continue
             self._emit(chunks, text[:end])
             text, i = self._advance(text, end)
         self._text, self._scanned = text, i
         return chunks
+
+    def _cut_at_word(self, text: str, limit: int, chunks: list[str]) -> tuple[str, int]:
+        """Cut a chunk that reached ``max_chars`` at its last space (mid-word if it has none)."""
+        cut = text.rfind(" ", 0, limit + 1)
+        cut = cut if cut > _leading_space(text) else limit
+        self._emit(chunks, text[:cut])
+        return self._advance(text, cut)
 
     def _emit(self, chunks: list[str], chunk: str) -> None:
         if chunk := chunk.strip():  # a boundary right after another one yields nothing
