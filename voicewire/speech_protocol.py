@@ -18,7 +18,6 @@ Server -> client: a ``synthesis_start`` text frame, raw PCM s16le 24 kHz mono bi
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -32,6 +31,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from voicewire.error_codes import ErrorCode, ProtocolError
+
 # Audio on the speech link: what the binary frames carry.
 SAMPLE_RATE = 24_000
 CHANNELS = 1
@@ -44,44 +45,6 @@ MIN_SPEED = 0.5  # Kokoro's own range: the model distorts outside it
 MAX_SPEED = 2.0
 MAX_REQUEST_ID_CHARS = 128
 MAX_PENDING_REQUESTS = 64  # per session: queued plus running
-
-
-class ErrorCode(StrEnum):
-    """Stable error codes. Clients branch on these; never rename one."""
-
-    INVALID_UTF8 = "invalid_utf8"
-    INVALID_JSON = "invalid_json"
-    NOT_AN_OBJECT = "not_an_object"
-    UNKNOWN_TYPE = "unknown_type"
-    MISSING_TEXT = "missing_text"
-    TEXT_TOO_LONG = "text_too_long"
-    UNKNOWN_VOICE = "unknown_voice"
-    SPEED_OUT_OF_RANGE = "speed_out_of_range"
-    INVALID_FIELD = "invalid_field"
-    UNSUPPORTED_FORMAT = "unsupported_format"
-    DUPLICATE_REQUEST_ID = "duplicate_request_id"
-    UNKNOWN_REQUEST_ID = "unknown_request_id"
-    TOO_MANY_PENDING = "too_many_pending"
-    MODEL_LOADING = "model_loading"
-    MODEL_LOAD_FAILED = "model_load_failed"
-    SYNTHESIS_FAILED = "synthesis_failed"
-
-
-class ProtocolError(Exception):
-    """Bad input, carrying the stable code and a sentence for a person.
-
-    ``request_id`` is set when the offending message named one, so the client can match the error
-    to what it sent.
-    """
-
-    def __init__(self, code: ErrorCode, message: str, request_id: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.request_id = request_id
-
-    def to_frame(self) -> ErrorFrame:
-        return ErrorFrame(code=self.code, message=self.message, request_id=self.request_id)
 
 
 # --- client -> server ------------------------------------------------------------------------

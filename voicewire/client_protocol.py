@@ -1,0 +1,301 @@
+"""The client link: a browser or wscat and the API Gateway WebSocket API (``docs/protocol.md``).
+
+Client -> server: JSON text frames, routed on ``action`` (API Gateway's
+``$request.body.action``)::
+
+    {"action": "ask", "prompt": "What is Kokoro?", "mode": "bidi", "voice": "jm_kumo"}
+    {"action": "speak", "text": "Hello there."}
+    {"action": "cancel", "turn_id": "t-1"}
+
+Server -> client: JSON control frames (``turn_start``, ``text_delta``, ``sentence``,
+``turn_end``, ``error``) and binary audio frames with a 9-byte header::
+
+    byte 0      0xA1 (audio frame, protocol v1; never "{")
+    bytes 1-4   turn number, uint32 big-endian (the ``turn`` of ``turn_start``)
+    bytes 5-8   frame sequence within the turn, uint32 big-endian, from 0
+    bytes 9-    audio in the turn's encoding (pcm_s16le, 24 kHz, mono)
+
+Every frame is at most 32 KB, API Gateway's frame limit. Connections opened with
+``?audio=base64`` get ``{"type": "audio", "turn", "seq", "data"}`` text frames instead.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from voicewire.error_codes import ErrorCode, ProtocolError
+from voicewire.speech_protocol import (
+    AUDIO_ENCODING,
+    CHANNELS,
+    MAX_SPEED,
+    MAX_TEXT_CHARS,
+    MIN_SPEED,
+    SAMPLE_RATE,
+    load_json_object,
+)
+
+AUDIO_FRAME_MARKER = 0xA1
+AUDIO_HEADER = struct.Struct(">BII")
+MAX_FRAME_BYTES = 32 * 1024  # API Gateway WebSocket frame limit
+MAX_MESSAGE_BYTES = 128 * 1024  # API Gateway WebSocket message limit (client -> server too)
+MAX_AUDIO_PAYLOAD = MAX_FRAME_BYTES - AUDIO_HEADER.size
+# A base64 audio frame is JSON text of at most 32 KB: 4/3 expansion plus the envelope.
+MAX_BASE64_AUDIO_PAYLOAD = 24_000
+MAX_PROMPT_CHARS = 4_000
+_TURN_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+TurnMode = Literal["bidi", "batch"]
+TurnStatus = Literal["complete", "cancelled", "failed"]
+AudioDelivery = Literal["binary", "base64"]
+
+
+# --- client -> server ------------------------------------------------------------------------
+
+
+def _check_turn_id(cls: type, value: str | None) -> str | None:
+    if value is not None and not _TURN_ID.fullmatch(value):
+        raise PydanticCustomError(
+            ErrorCode.INVALID_FIELD.value,
+            "turn_id must be 1-64 characters of letters, digits, '.', '_', ':' or '-'",
+        )
+    return value
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class _SpeechOptions(_Action):
+    voice: str | None = None
+    speed: float = Field(default=1.0, strict=True)
+    turn_id: str | None = None
+
+    @field_validator("speed")
+    @classmethod
+    def _speed_in_range(cls, speed: float) -> float:
+        if not MIN_SPEED <= speed <= MAX_SPEED:
+            raise PydanticCustomError(
+                ErrorCode.SPEED_OUT_OF_RANGE.value,
+                "speed {speed} is outside {low}..{high}",
+                {"speed": speed, "low": MIN_SPEED, "high": MAX_SPEED},
+            )
+        return float(speed)
+
+    @field_validator("voice")
+    @classmethod
+    def _voice_is_known(cls, voice: str | None, info: ValidationInfo) -> str | None:
+        voices = (info.context or {}).get("voices")
+        if voice is not None and voices is not None and voice not in voices:
+            raise PydanticCustomError(
+                ErrorCode.UNKNOWN_VOICE.value,
+                "voice '{voice}' is not one of: {voices}",
+                {"voice": voice, "voices": ", ".join(sorted(voices))},
+            )
+        return voice
+
+    _turn_id = field_validator("turn_id")(_check_turn_id)
+
+
+class AskAction(_SpeechOptions):
+    """Ask the agent; its answer is spoken while it is written (``bidi``) or after (``batch``)."""
+
+    action: Literal["ask"]
+    prompt: str
+    mode: str = "bidi"
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_is_present(cls, prompt: str) -> str:
+        if not prompt.strip():
+            raise PydanticCustomError(ErrorCode.MISSING_PROMPT.value, "prompt is empty")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise PydanticCustomError(
+                ErrorCode.PROMPT_TOO_LONG.value,
+                "prompt has {length} characters; the limit is {limit}",
+                {"length": len(prompt), "limit": MAX_PROMPT_CHARS},
+            )
+        return prompt
+
+    @field_validator("mode")
+    @classmethod
+    def _mode_is_known(cls, mode: str) -> TurnMode:
+        if mode not in ("bidi", "batch"):
+            raise PydanticCustomError(
+                ErrorCode.INVALID_MODE.value,
+                "mode '{mode}' is not 'bidi' or 'batch'",
+                {"mode": mode},
+            )
+        return mode  # type: ignore[return-value]
+
+
+class SpeakAction(_SpeechOptions):
+    """Speak a given text: synthesis only, no LLM."""
+
+    action: Literal["speak"]
+    text: str
+
+    @field_validator("text")
+    @classmethod
+    def _text_is_present(cls, text: str) -> str:
+        if not text.strip():
+            raise PydanticCustomError(ErrorCode.MISSING_TEXT.value, "text is empty")
+        if len(text) > MAX_TEXT_CHARS:
+            raise PydanticCustomError(
+                ErrorCode.TEXT_TOO_LONG.value,
+                "text has {length} characters; the limit is {limit}",
+                {"length": len(text), "limit": MAX_TEXT_CHARS},
+            )
+        return text
+
+
+class CancelAction(_Action):
+    """Cancel the connection's active turn (or the named one, if it is the active one)."""
+
+    action: Literal["cancel"]
+    turn_id: str | None = None
+
+    _turn_id = field_validator("turn_id")(_check_turn_id)
+
+
+ClientAction = AskAction | SpeakAction | CancelAction
+_ACTIONS: dict[str, type[_Action]] = {
+    "ask": AskAction,
+    "speak": SpeakAction,
+    "cancel": CancelAction,
+}
+
+
+def parse_action(body: str | None, voices: frozenset[str] | None = None) -> ClientAction:
+    """Validate a client message, or raise ``ProtocolError`` with a stable code."""
+    if body is None or not body.strip():
+        raise ProtocolError(ErrorCode.INVALID_JSON, "the message is empty; send a JSON object")
+    if len(body.encode("utf-8")) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(ErrorCode.MESSAGE_TOO_LARGE, "the message is larger than 128 KB")
+    data = load_json_object(body)
+    action = data.get("action")
+    given = data.get("turn_id")
+    turn_id = given if isinstance(given, str) and _TURN_ID.fullmatch(given) else None
+    model = _ACTIONS.get(action) if isinstance(action, str) else None
+    if model is None:
+        raise ProtocolError(
+            ErrorCode.UNKNOWN_ACTION,
+            f"unknown action {action!r}; expected 'ask', 'speak' or 'cancel'",
+            turn_id,
+        )
+    try:
+        return model.model_validate(data, context={"voices": voices})  # type: ignore[return-value]
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        kind, field = first["type"], str(first["loc"][0]) if first["loc"] else "message"
+        if kind in ErrorCode._value2member_map_:
+            raise ProtocolError(ErrorCode(kind), first["msg"], turn_id) from None
+        if kind == "missing" and field in ("prompt", "text"):
+            code = ErrorCode.MISSING_PROMPT if field == "prompt" else ErrorCode.MISSING_TEXT
+            raise ProtocolError(code, f"the message has no '{field}'", turn_id) from None
+        raise ProtocolError(
+            ErrorCode.INVALID_FIELD, f"field '{field}' is invalid: {first['msg']}", turn_id
+        ) from None
+
+
+# --- server -> client ------------------------------------------------------------------------
+
+
+class AudioFormat(BaseModel):
+    encoding: str = AUDIO_ENCODING
+    sample_rate: int = SAMPLE_RATE
+    channels: int = CHANNELS
+
+
+class TurnStart(BaseModel):
+    type: Literal["turn_start"] = "turn_start"
+    turn_id: str
+    turn: int
+    mode: Literal["bidi", "batch", "speak"]
+    audio: AudioFormat = Field(default_factory=AudioFormat)
+
+
+class TextDelta(BaseModel):
+    type: Literal["text_delta"] = "text_delta"
+    turn_id: str
+    seq: int
+    text: str
+
+
+class Sentence(BaseModel):
+    type: Literal["sentence"] = "sentence"
+    turn_id: str
+    index: int
+    text: str
+
+
+class Timings(BaseModel):
+    """Milliseconds from the moment the turn was accepted; ``None`` if it never happened."""
+
+    first_text_ms: float | None = None
+    first_sentence_ms: float | None = None
+    first_audio_ms: float | None = None
+    total_ms: float | None = None
+
+
+class TurnEnd(BaseModel):
+    type: Literal["turn_end"] = "turn_end"
+    turn_id: str
+    status: TurnStatus
+    timings: Timings
+    audio_bytes: int
+    audio_frames: int
+
+
+class ClientError(BaseModel):
+    type: Literal["error"] = "error"
+    code: ErrorCode
+    message: str
+    turn_id: str | None = None
+
+
+ControlFrame = TurnStart | TextDelta | Sentence | TurnEnd | ClientError
+
+
+def dump_control(frame: BaseModel) -> bytes:
+    return frame.model_dump_json(exclude_none=True).encode()
+
+
+def encode_audio_frame(turn: int, seq: int, payload: bytes) -> bytes:
+    if len(payload) > MAX_AUDIO_PAYLOAD:
+        raise ValueError(f"audio payload of {len(payload)} bytes exceeds {MAX_AUDIO_PAYLOAD}")
+    return AUDIO_HEADER.pack(AUDIO_FRAME_MARKER, turn, seq) + payload
+
+
+def decode_audio_frame(frame: bytes) -> tuple[int, int, bytes]:
+    """``(turn, seq, payload)`` of a binary audio frame; ``ValueError`` if it is not one."""
+    if len(frame) < AUDIO_HEADER.size or frame[0] != AUDIO_FRAME_MARKER:
+        raise ValueError("not a voicewire audio frame")
+    _, turn, seq = AUDIO_HEADER.unpack_from(frame)
+    return turn, seq, frame[AUDIO_HEADER.size :]
+
+
+def encode_base64_audio(turn: int, seq: int, payload: bytes) -> bytes:
+    if len(payload) > MAX_BASE64_AUDIO_PAYLOAD:
+        raise ValueError(
+            f"audio payload of {len(payload)} bytes exceeds {MAX_BASE64_AUDIO_PAYLOAD}"
+        )
+    data = base64.b64encode(payload).decode("ascii")
+    return json.dumps({"type": "audio", "turn": turn, "seq": seq, "data": data}).encode()
+
+
+def split_audio(pcm: bytes, max_payload: int) -> list[bytes]:
+    """Cut PCM into payloads of at most ``max_payload`` bytes, never inside a sample."""
+    step = max_payload - max_payload % 2
+    return [pcm[offset : offset + step] for offset in range(0, len(pcm), step)]
+
+
+def parse_control(frame: bytes | str) -> dict[str, Any]:
+    """A control frame's JSON (for clients and tests)."""
+    return json.loads(frame)

@@ -1,0 +1,64 @@
+"""Stable error codes, for both wire protocols, and the exception that carries one.
+
+Clients branch on these codes: never rename or reuse one. ``docs/protocol.md`` lists when each is
+sent.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from voicewire.speech_protocol import ErrorFrame
+
+
+class ErrorCode(StrEnum):
+    """Stable error codes. Clients branch on these; never rename one."""
+
+    INVALID_UTF8 = "invalid_utf8"
+    INVALID_JSON = "invalid_json"
+    NOT_AN_OBJECT = "not_an_object"
+    UNKNOWN_TYPE = "unknown_type"
+    MISSING_TEXT = "missing_text"
+    TEXT_TOO_LONG = "text_too_long"
+    UNKNOWN_VOICE = "unknown_voice"
+    SPEED_OUT_OF_RANGE = "speed_out_of_range"
+    INVALID_FIELD = "invalid_field"
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    DUPLICATE_REQUEST_ID = "duplicate_request_id"
+    UNKNOWN_REQUEST_ID = "unknown_request_id"
+    TOO_MANY_PENDING = "too_many_pending"
+    MODEL_LOADING = "model_loading"
+    MODEL_LOAD_FAILED = "model_load_failed"
+    SYNTHESIS_FAILED = "synthesis_failed"
+    # client link (API Gateway WebSocket API)
+    UNKNOWN_ACTION = "unknown_action"
+    MISSING_PROMPT = "missing_prompt"
+    PROMPT_TOO_LONG = "prompt_too_long"
+    INVALID_MODE = "invalid_mode"
+    MESSAGE_TOO_LARGE = "message_too_large"
+    UNKNOWN_TURN = "unknown_turn"
+    LLM_THROTTLED = "llm_throttled"
+    LLM_FAILED = "llm_failed"
+    SPEECH_FAILED = "speech_failed"
+    INTERNAL_ERROR = "internal_error"
+
+
+class ProtocolError(Exception):
+    """Bad input, carrying the stable code and a sentence for a person.
+
+    ``request_id`` is set when the offending message named one, so the client can match the error
+    to what it sent.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+    def to_frame(self) -> ErrorFrame:
+        from voicewire.speech_protocol import ErrorFrame
+
+        return ErrorFrame(code=self.code, message=self.message, request_id=self.request_id)
