@@ -1,0 +1,1 @@
+"""The voice pipeline's Lambda functions: thin handlers over turn logic over adapters."""
