@@ -19,6 +19,22 @@ from speech_server.engines.onnx_engine import KokoroOnnxEngine
 from speech_server.model_assets import bundled_model_path, bundled_voices_path
 
 
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto's in-memory AWS, with fake credentials so no real account can be reached."""
+    from moto import mock_aws
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    with mock_aws():
+        yield
+
+
 @pytest.fixture(scope="session")
 def onnx_engine() -> KokoroOnnxEngine:
     """The real model, as the server loads it by default (assembled from the PyPI parts)."""
