@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,7 +60,9 @@ class Relay:
     bytes_sent: int = 0
     audio_frames: int = 0
     audio_bytes: int = 0
-    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    # A thread lock, not an asyncio one: a post cancelled by its caller still finishes in its
+    # thread, and the next frame (say the turn_end) must not overtake it.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     async def control(self, frame: BaseModel) -> None:
         await self._post(dump_control(frame))
@@ -75,8 +78,11 @@ class Relay:
             self.audio_bytes += len(payload)
 
     async def _post(self, data: bytes) -> None:
-        async with self._lock:  # one post at a time: frames must arrive in order
-            await asyncio.to_thread(self._post_with_retries, data)
+        await asyncio.to_thread(self._post_in_order, data)
+
+    def _post_in_order(self, data: bytes) -> None:
+        with self._lock:  # one post at a time: frames must arrive in order
+            self._post_with_retries(data)
             self.frames += 1
             self.bytes_sent += len(data)
 

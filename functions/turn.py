@@ -1,0 +1,303 @@
+"""One turn of the conversation: pure logic over adapters (LLM, speech session, relay).
+
+``run_bidi`` is the product: two concurrent tasks feed one queue, consumed in true arrival order,
+so the first sentence's audio reaches the client while the LLM is still writing::
+
+    text task:   LLM deltas -> text_delta events -> chunker -> sentence events + speech.send()
+    audio task:  speech events of each sent sentence, in order -> audio events
+    consumer:    queue -> relay (text frames, binary audio frames)
+
+``run_batch`` waits for the whole answer, then synthesizes it in one message: the fair baseline,
+same LLM stream and engine, only the moment synthesis starts differs. ``run_speak`` synthesizes a
+given text.
+
+Cancellation (the cancel route, a new turn, a disconnect) arrives as ``cancelled`` being set. The
+consumer checks it before every post, so at most the frame being posted leaves after it; then the
+LLM stream and the speech requests are stopped and ``turn_end`` is the last frame of the turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from functions.adapters.llm import ConverseStreamClient, LlmError, LlmResult, stream_text
+from functions.adapters.relay import ConnectionGone, Relay
+from voicewire.chunker import IncrementalSentenceChunker
+from voicewire.client_protocol import (
+    ClientError,
+    Sentence,
+    TextDelta,
+    Timings,
+    TurnEnd,
+    TurnStart,
+    TurnStatus,
+)
+from voicewire.error_codes import ErrorCode
+from voicewire.speech_link import AudioChunk, SpeechSession, SpeechSessionError
+from voicewire.speech_text import to_speech_text
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TurnSpec:
+    turn_id: str
+    turn: int
+    mode: str  # bidi | batch | speak
+    accepted_at: float  # epoch seconds: timings count from the moment the turn was accepted
+    voice: str | None = None
+    speed: float | None = None
+
+
+@dataclass
+class TurnOutcome:
+    status: TurnStatus
+    timings: Timings
+    answer: str = ""
+    stop_reason: str | None = None
+    error: ClientError | None = None
+    gone: bool = False  # the client left: nothing more can be posted
+
+
+@dataclass
+class _Clock:
+    accepted_at: float
+    marks: dict[str, float] = field(default_factory=dict)
+
+    def mark(self, name: str) -> None:
+        self.marks.setdefault(name, round((time.time() - self.accepted_at) * 1000, 1))
+
+    def timings(self) -> Timings:
+        return Timings(
+            first_text_ms=self.marks.get("text"),
+            first_sentence_ms=self.marks.get("sentence"),
+            first_audio_ms=self.marks.get("audio"),
+            total_ms=round((time.time() - self.accepted_at) * 1000, 1),
+        )
+
+
+class _Stop(Exception):
+    """Raised inside the consumer when the turn is cancelled."""
+
+
+@dataclass
+class TurnRunner:
+    spec: TurnSpec
+    relay: Relay
+    speech: SpeechSession
+    cancelled: asyncio.Event
+    llm: ConverseStreamClient | None = None
+    llm_request: dict[str, Any] | None = None  # ask: the converse_stream arguments
+    text: str | None = None  # speak: the text
+    chunker_factory: type[IncrementalSentenceChunker] = IncrementalSentenceChunker
+
+    def __post_init__(self) -> None:
+        self._clock = _Clock(self.spec.accepted_at)
+        self._llm_result = LlmResult()
+        self._llm_stop = threading.Event()
+        self._request_ids: list[str] = []
+
+    async def run(self) -> TurnOutcome:
+        status: TurnStatus = "complete"
+        error: ClientError | None = None
+        try:
+            await self._post(
+                TurnStart(turn_id=self.spec.turn_id, turn=self.spec.turn, mode=self.spec.mode)  # type: ignore[arg-type]
+            )
+            match self.spec.mode:
+                case "bidi":
+                    await self._consume(self._bidi_events())
+                case "batch":
+                    await self._consume(self._batch_events())
+                case _:
+                    await self._consume(self._speak_events())
+        except ConnectionGone:
+            await self._stop_work()
+            return TurnOutcome("cancelled", self._clock.timings(), self._llm_result.text, gone=True)
+        except _Stop:
+            status = "cancelled"
+        except LlmError as failure:
+            status, error = "failed", ClientError(code=failure.code, message=failure.message)
+        except SpeechSessionError as failure:
+            logger.warning("speech failed in turn %s: %s", self.spec.turn_id, failure)
+            status = "failed"
+            error = ClientError(
+                code=ErrorCode.SPEECH_FAILED,
+                message=f"speech synthesis failed ({failure.code})",
+            )
+        await self._stop_work()
+        outcome = TurnOutcome(
+            status, self._clock.timings(), self._llm_result.text, self._llm_result.stop_reason
+        )
+        outcome.error = error
+        try:
+            if error is not None:
+                error.turn_id = self.spec.turn_id
+                await self.relay.control(error)
+            await self.relay.control(self.turn_end(outcome))
+        except ConnectionGone:
+            outcome.gone = True
+        return outcome
+
+    def turn_end(self, outcome: TurnOutcome) -> TurnEnd:
+        return TurnEnd(
+            turn_id=self.spec.turn_id,
+            status=outcome.status,
+            timings=outcome.timings,
+            audio_bytes=self.relay.audio_bytes,
+            audio_frames=self.relay.audio_frames,
+        )
+
+    # --- the consumer: one queue, true arrival order ---------------------------------------
+
+    async def _consume(self, events: AsyncIterator[BaseModel | bytes]) -> None:
+        """Post every event; stop at once when the turn is cancelled, even while waiting."""
+
+        async def pump() -> None:
+            async for event in events:
+                await self._post(event)
+
+        pumping = asyncio.create_task(pump())
+        stopping = asyncio.create_task(self.cancelled.wait())
+        await asyncio.wait({pumping, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if pumping.done():
+            pumping.result()  # re-raises what went wrong
+            return
+        pumping.cancel()
+        await asyncio.gather(pumping, return_exceptions=True)
+        raise _Stop
+
+    async def _post(self, event: BaseModel | bytes) -> None:
+        if self.cancelled.is_set():
+            raise _Stop
+        if isinstance(event, bytes):
+            await self.relay.audio(event)
+            self._clock.mark("audio")
+        else:
+            await self.relay.control(event)
+
+    async def _stop_work(self) -> None:
+        self._llm_stop.set()
+        if self.cancelled.is_set() and self._request_ids:
+            with contextlib.suppress(SpeechSessionError):
+                await self.speech.cancel()
+
+    # --- producers ----------------------------------------------------------------------------
+
+    async def _llm_deltas(self) -> AsyncIterator[str]:
+        assert self.llm is not None and self.llm_request is not None
+        async for text in stream_text(self.llm, self.llm_request, self._llm_result, self._llm_stop):
+            self._clock.mark("text")
+            yield text
+
+    async def _bidi_events(self) -> AsyncIterator[BaseModel | bytes]:
+        queue: asyncio.Queue[BaseModel | bytes | BaseException | None] = asyncio.Queue()
+        sent: asyncio.Queue[str | None] = asyncio.Queue()
+
+        async def text_task() -> None:
+            chunker = self.chunker_factory()
+            seq = index = 0
+            async for text in self._llm_deltas():
+                queue.put_nowait(TextDelta(turn_id=self.spec.turn_id, seq=seq, text=text))
+                seq += 1
+                for sentence in chunker.feed(text):
+                    await self._send_sentence(sentence, index, queue, sent)
+                    index += 1
+            for sentence in chunker.finish():
+                await self._send_sentence(sentence, index, queue, sent)
+                index += 1
+            sent.put_nowait(None)
+
+        async def audio_task() -> None:
+            while (request_id := await sent.get()) is not None:
+                async for event in self.speech.events(request_id):
+                    if isinstance(event, AudioChunk):
+                        queue.put_nowait(event.pcm)
+
+        async for item in _merge(queue, [text_task(), audio_task()]):
+            yield item
+
+    async def _send_sentence(
+        self,
+        sentence: str,
+        index: int,
+        queue: asyncio.Queue[BaseModel | bytes | BaseException | None],
+        sent: asyncio.Queue[str | None],
+    ) -> None:
+        self._clock.mark("sentence")
+        queue.put_nowait(Sentence(turn_id=self.spec.turn_id, index=index, text=sentence))
+        # Only the first sentence needs the server's early first-clause cut: later ones are
+        # synthesized while earlier audio plays, and whole sentences sound better.
+        request_id = await self.speech.send(
+            sentence, voice=self.spec.voice, speed=self.spec.speed, fast_start=index == 0
+        )
+        self._request_ids.append(request_id)
+        sent.put_nowait(request_id)
+
+    async def _batch_events(self) -> AsyncIterator[BaseModel | bytes]:
+        seq = 0
+        async for text in self._llm_deltas():
+            yield TextDelta(turn_id=self.spec.turn_id, seq=seq, text=text)
+            seq += 1
+        speech_text = " ".join(to_speech_text(self._llm_result.text).split())
+        if not speech_text:
+            return
+        self._clock.mark("sentence")
+        yield Sentence(turn_id=self.spec.turn_id, index=0, text=speech_text)
+        async for pcm in self._synthesize(speech_text):
+            yield pcm
+
+    async def _speak_events(self) -> AsyncIterator[BaseModel | bytes]:
+        assert self.text is not None
+        text = " ".join(to_speech_text(self.text).split())
+        self._clock.mark("sentence")
+        yield Sentence(turn_id=self.spec.turn_id, index=0, text=text)
+        async for pcm in self._synthesize(text):
+            yield pcm
+
+    async def _synthesize(self, text: str) -> AsyncIterator[bytes]:
+        request_id = await self.speech.send(text, voice=self.spec.voice, speed=self.spec.speed)
+        self._request_ids.append(request_id)
+        async for event in self.speech.events(request_id):
+            if isinstance(event, AudioChunk):
+                yield event.pcm
+
+
+async def _merge(
+    queue: asyncio.Queue[Any], producers: list[Any]
+) -> AsyncIterator[BaseModel | bytes]:
+    """Run the producers; yield what they queue in arrival order; re-raise their failures."""
+    tasks = [asyncio.create_task(producer) for producer in producers]
+    remaining = len(tasks)
+
+    def finished(task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            queue.put_nowait(task.exception())
+        else:
+            queue.put_nowait(None)
+
+    for task in tasks:
+        task.add_done_callback(finished)
+    try:
+        while remaining:
+            item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,94 @@
+"""Whole turns over real parts: replay LLM, real speech server, moto's @connections API."""
+
+from __future__ import annotations
+
+import pytest
+from turn_harness import run_turn
+
+
+def kinds(frames):
+    return ["audio" if isinstance(frame, tuple) else frame["type"] for frame in frames]
+
+
+def check_audio_frames(frames, turn=3):
+    audio = [frame for frame in frames if isinstance(frame, tuple)]
+    assert [seq for _, seq, _ in audio] == list(range(len(audio)))
+    assert {number for number, _, _ in audio} == {turn}
+    return audio
+
+
+async def test_bidi_speaks_before_the_llm_has_finished(aws, speech_server):
+    outcome, connection, _ = await run_turn(speech_server, "bidi", "What is the meaning of life?")
+    frames = connection.frames()
+    order = kinds(frames)
+    assert order[0] == "turn_start" and order[-1] == "turn_end"
+    last_delta = max(i for i, kind in enumerate(order) if kind == "text_delta")
+    assert order.index("audio") < last_delta  # early audio while the LLM still writes
+    audio = check_audio_frames(frames)
+    end = frames[-1]
+    assert end["status"] == "complete" == outcome.status
+    assert end["audio_frames"] == len(audio)
+    assert end["audio_bytes"] == sum(len(payload) for _, _, payload in audio)
+    timings = end["timings"]
+    assert timings["first_text_ms"] <= timings["first_sentence_ms"] <= timings["first_audio_ms"]
+    assert timings["first_audio_ms"] < timings["total_ms"]
+    sentences = [
+        frame["text"] for frame in frames if isinstance(frame, dict) and frame["type"] == "sentence"
+    ]
+    assert sentences[0] == "That's a good question,"  # the first clause, cut early
+    deltas = "".join(f["text"] for f in frames if isinstance(f, dict) and f["type"] == "text_delta")
+    assert deltas == outcome.answer
+    assert " ".join(sentences).split() == deltas.split()
+
+
+async def test_batch_waits_for_the_whole_answer(aws, speech_server):
+    outcome, connection, llm = await run_turn(speech_server, "batch", "Hello, who are you?")
+    order = kinds(connection.frames())
+    assert order.index("audio") > max(i for i, kind in enumerate(order) if kind == "text_delta")
+    assert outcome.status == "complete" and outcome.answer == llm.choose("hello").text
+    check_audio_frames(connection.frames())
+
+
+async def test_speak_synthesizes_the_text_only(aws, speech_server):
+    outcome, connection, llm = await run_turn(speech_server, "speak", text="**Hi** there.")
+    frames = connection.frames()
+    assert kinds(frames)[0:2] == ["turn_start", "sentence"]
+    assert frames[1]["text"] == "Hi there."  # markdown is not read aloud
+    assert "text_delta" not in kinds(frames) and llm.requests == []
+    assert outcome.status == "complete" and check_audio_frames(frames)
+
+
+async def test_cancel_mid_turn_stops_audio_and_the_llm(aws, speech_server):
+    outcome, connection, llm = await run_turn(
+        speech_server, "bidi", "Tell me something", cancel_when=lambda data: data[:1] == b"\xa1"
+    )
+    frames = connection.frames()
+    assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "cancelled"
+    assert outcome.status == "cancelled"
+    audio = check_audio_frames(frames)
+    assert len(audio) <= 2  # the frame that triggered the cancel, at most one in flight
+    assert len(outcome.answer) < len(llm.default.text)  # the LLM stream was stopped
+
+
+async def test_throttled_llm_ends_the_turn_failed_with_a_code(aws, speech_server):
+    outcome, connection, _ = await run_turn(speech_server, "bidi", "[throttle] please")
+    frames = connection.frames()
+    error, end = frames[-2], frames[-1]
+    assert error["type"] == "error" and error["code"] == "llm_throttled"
+    assert error["turn_id"] == "turn-3"
+    assert end["type"] == "turn_end" and end["status"] == "failed" == outcome.status
+
+
+async def test_a_speech_error_frame_mid_turn_fails_the_turn(aws, speech_server):
+    outcome, connection, _ = await run_turn(speech_server, "speak", text="Hello.", voice="nobody")
+    frames = connection.frames()
+    assert frames[-2]["code"] == "speech_failed" and frames[-1]["status"] == "failed"
+    assert outcome.status == "failed"
+
+
+@pytest.mark.parametrize("after", [1, 5])
+async def test_a_client_gone_mid_turn_stops_everything(aws, speech_server, after):
+    outcome, connection, llm = await run_turn(speech_server, "bidi", "Tell me", gone_after=after)
+    assert outcome.gone
+    assert len(connection.posts) == after  # nothing was posted after the GoneException
+    assert len(outcome.answer) < len(llm.default.text)
