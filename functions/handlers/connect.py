@@ -1,0 +1,32 @@
+"""``$connect``: record the connection, its principal and how it wants audio delivered."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.events import ConnectEvent
+from functions.observability import logger
+from functions.wiring import Adapters, current_adapters
+
+
+def connect(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
+    event = ConnectEvent.model_validate(raw)
+    context = event.request_context
+    audio = (event.query_string_parameters or {}).get("audio", "binary")
+    if audio not in ("binary", "base64"):
+        logger.info("connection refused: bad audio parameter", audio=audio)
+        return {"statusCode": 400, "body": "audio must be 'binary' or 'base64'"}
+    authorizer = context.authorizer or {}
+    principal = str(authorizer.get("principal") or authorizer.get("principalId") or "anonymous")
+    adapters.store.put_connection(
+        context.connection_id, principal, audio, now=context.request_time_epoch.timestamp()
+    )
+    logger.info("connected", connection_id=context.connection_id, principal=principal, audio=audio)
+    return {"statusCode": 200}
+
+
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return connect(event, current_adapters())

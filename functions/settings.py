@@ -1,0 +1,38 @@
+"""The functions' configuration, from the environment the CDK stack (or the local stack) sets."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    table_name: str
+    worker_function: str
+    speech_target: str  # a ws:// URL (local) or a SageMaker endpoint name
+    llm: str  # "bedrock" or "replay"
+    bedrock_model_id: str
+    token_secret_parameter: str | None  # SSM parameter (SecureString) holding the HMAC secret
+    callback_url: str | None  # @connections endpoint; default: from the event's domain and stage
+    voices: frozenset[str] | None  # known voices, for validating requests early
+    system_prompt: str
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+        voices = env.get("VOICEWIRE_VOICES", "")
+        return cls(
+            table_name=env.get("VOICEWIRE_TABLE", "voicewire-sessions"),
+            worker_function=env.get("VOICEWIRE_WORKER_FUNCTION", "voicewire-worker"),
+            speech_target=env.get("VOICEWIRE_SPEECH_TARGET", "kokoro-82m"),
+            llm=env.get("VOICEWIRE_LLM", "bedrock"),
+            bedrock_model_id=env.get("VOICEWIRE_BEDROCK_MODEL_ID", ""),
+            token_secret_parameter=env.get("VOICEWIRE_TOKEN_SECRET_PARAMETER") or None,
+            callback_url=env.get("VOICEWIRE_CALLBACK_URL") or None,
+            voices=frozenset(v for v in voices.split(",") if v) or None,
+            system_prompt=env.get(
+                "VOICEWIRE_SYSTEM_PROMPT",
+                "You are a helpful voice assistant. Answer in short spoken sentences.",
+            ),
+        )

@@ -1,0 +1,86 @@
+"""How the handlers reach the outside world: built once per Lambda container from the
+environment, or handed in by the local stack and the tests (``use_adapters``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import boto3
+
+from functions.adapters.llm import ConverseStreamClient
+from functions.adapters.session_store import SessionStore
+from functions.settings import Settings
+from voicewire.speech_link import SpeechSession, open_speech_session
+
+
+@dataclass
+class Adapters:
+    settings: Settings
+    dynamodb: Any  # boto3 dynamodb resource
+    lambda_client: Any  # boto3 lambda client
+    management_client_for: Callable[[str], Any]  # callback URL -> apigatewaymanagementapi client
+    llm_client: Callable[[], ConverseStreamClient]
+    speech_session: Callable[[], SpeechSession]
+    token_secret: Callable[[], str]
+    _management_clients: dict[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def store(self) -> SessionStore:
+        return SessionStore(self.dynamodb.Table(self.settings.table_name))
+
+    def management_client(self, callback_url: str) -> Any:
+        if callback_url not in self._management_clients:
+            self._management_clients[callback_url] = self.management_client_for(callback_url)
+        return self._management_clients[callback_url]
+
+    @classmethod
+    def from_env(cls, settings: Settings | None = None) -> Adapters:
+        settings = settings or Settings.from_env()
+
+        def llm_client() -> ConverseStreamClient:
+            if settings.llm == "replay":
+                from functions.adapters.replay_llm import ReplayBedrockClient
+
+                return ReplayBedrockClient()
+            return boto3.client("bedrock-runtime")
+
+        def token_secret() -> str:
+            from aws_lambda_powertools.utilities import parameters
+
+            if settings.token_secret_parameter is None:
+                raise RuntimeError("VOICEWIRE_TOKEN_SECRET_PARAMETER is not set")
+            # Cached for 5 minutes: one SSM call per container, not per connection.
+            return str(
+                parameters.get_parameter(settings.token_secret_parameter, decrypt=True, max_age=300)
+            )
+
+        return cls(
+            settings=settings,
+            dynamodb=boto3.resource("dynamodb"),
+            lambda_client=boto3.client("lambda"),
+            management_client_for=lambda url: boto3.client(
+                "apigatewaymanagementapi", endpoint_url=url
+            ),
+            llm_client=llm_client,
+            speech_session=lambda: open_speech_session(settings.speech_target),
+            token_secret=token_secret,
+        )
+
+
+_current: Adapters | None = None
+
+
+def current_adapters() -> Adapters:
+    global _current
+    if _current is None:
+        _current = Adapters.from_env()
+    return _current
+
+
+def use_adapters(adapters: Adapters | None) -> None:
+    """Install the adapters every handler uses (the local stack, tests); None: from env again."""
+    global _current
+    _current = adapters

@@ -1,0 +1,304 @@
+"""The Lambda handlers, fed the sample events from events/apigw, over moto's DynamoDB, SSM,
+Lambda and @connections APIs."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import boto3
+import pytest
+
+from functions.adapters.replay_llm import ReplayBedrockClient
+from functions.adapters.session_table import create_table
+from functions.handlers.authorizer import authorize
+from functions.handlers.connect import connect
+from functions.handlers.disconnect import disconnect
+from functions.handlers.messages import handle_message
+from functions.settings import Settings
+from functions.wiring import Adapters
+from voicewire.speech_link import open_speech_session
+
+EVENTS = Path(__file__).resolve().parent.parent / "events" / "apigw"
+SAMPLE_SECRET = "voicewire-sample-secret-do-not-deploy"
+CONNECTION = "Vw1SampleConnId="
+
+
+def sample(name: str, **body_changes) -> dict:
+    event = json.loads((EVENTS / f"{name}.json").read_text())
+    if body_changes:
+        body = json.loads(event["body"])
+        body.update(body_changes)
+        event["body"] = json.dumps(body)
+    return event
+
+
+class Recorder:
+    """Wraps a real boto3 client and remembers the calls the handlers made through it."""
+
+    def __init__(self, client, method: str):
+        self._client, self._method, self.calls = client, method, []
+
+    def __getattr__(self, name):
+        target = getattr(self._client, name)
+        if name != self._method:
+            return target
+
+        def record(**kwargs):
+            response = target(**kwargs)
+            self.calls.append({**kwargs, "response": response})
+            return response
+
+        return record
+
+
+@pytest.fixture
+def adapters(aws, speech_server) -> Adapters:
+    create_table(boto3.client("dynamodb"), "sessions")
+    boto3.client("ssm").put_parameter(
+        Name="/voicewire/token-secret", Value=SAMPLE_SECRET, Type="SecureString"
+    )
+    settings = Settings(
+        table_name="sessions",
+        worker_function="voicewire-worker",
+        speech_target=speech_server.ws_url,
+        llm="replay",
+        bedrock_model_id="replay",
+        token_secret_parameter="/voicewire/token-secret",
+        callback_url=None,
+        voices=frozenset({"jm_kumo", "jf_alpha"}),
+        system_prompt="Be brief.",
+    )
+    create_worker_function("voicewire-worker")
+    built = Adapters.from_env(settings)
+    posts = Recorder(
+        boto3.client(
+            "apigatewaymanagementapi",
+            endpoint_url="https://abc123defg.execute-api.us-east-1.amazonaws.com/prod",
+        ),
+        "post_to_connection",
+    )
+    built.management_client_for = lambda url: posts
+    built.lambda_client = Recorder(boto3.client("lambda"), "invoke")
+    replay = ReplayBedrockClient(pace=0.2)
+    built.llm_client = lambda: replay
+    built.replay = replay  # type: ignore[attr-defined]
+    built.speech_session = lambda: open_speech_session(speech_server.ws_url)
+    built.posts = posts  # type: ignore[attr-defined]
+    return built
+
+
+def create_worker_function(name: str) -> None:
+    """The worker as moto knows it: invoking it with InvocationType=Event answers 202."""
+    role = boto3.client("iam").create_role(
+        RoleName="voicewire-worker",
+        AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []}),
+    )["Role"]["Arn"]
+    package = io.BytesIO()
+    with zipfile.ZipFile(package, "w") as archive:
+        archive.writestr("worker.py", "def handler(event, context):\n    return event\n")
+    boto3.client("lambda").create_function(
+        FunctionName=name,
+        Runtime="python3.12",
+        Role=role,
+        Handler="worker.handler",
+        Code={"ZipFile": package.getvalue()},
+    )
+
+
+def posted(adapters) -> list[dict]:
+    return [json.loads(call["Data"]) for call in adapters.posts.calls if call["Data"][:1] == b"{"]
+
+
+# --- authorizer --------------------------------------------------------------------------------
+
+
+def test_a_valid_token_is_allowed_with_its_principal(adapters):
+    result = authorize(sample("authorizer_valid"), adapters)
+    assert result["principalId"] == "sample-user"
+    statement = result["policyDocument"]["Statement"][0]
+    assert statement["Effect"] == "Allow" and statement["Resource"].endswith("/$connect")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "authorizer_expired",
+        "authorizer_wrong_signature",
+        "authorizer_malformed",
+        "authorizer_missing",
+    ],
+)
+def test_bad_tokens_are_denied(adapters, name):
+    result = authorize(sample(name), adapters)
+    assert result["policyDocument"]["Statement"][0]["Effect"] == "Deny"
+
+
+# --- connect / disconnect ----------------------------------------------------------------------
+
+
+def test_connect_records_principal_and_audio_delivery(adapters):
+    assert connect(sample("connect_base64"), adapters) == {"statusCode": 200}
+    record = adapters.store.get_connection(CONNECTION)
+    assert (record.principal, record.audio, record.status) == ("sample-user", "base64", "open")
+    connect(sample("connect"), adapters)
+    assert adapters.store.get_connection(CONNECTION).audio == "binary"
+
+
+def test_connect_refuses_an_unknown_audio_delivery(adapters):
+    assert connect(sample("connect_bad_audio"), adapters)["statusCode"] == 400
+    assert adapters.store.get_connection(CONNECTION) is None
+
+
+def test_disconnect_marks_gone_and_cancels_the_active_turn(adapters):
+    connect(sample("connect"), adapters)
+    handle_message(sample("ask_bidi"), adapters)
+    turn_id = adapters.store.get_connection(CONNECTION).active_turn_id
+    disconnect(sample("disconnect"), adapters)
+    assert adapters.store.get_connection(CONNECTION).status == "gone"
+    assert adapters.store.turn_status(CONNECTION, turn_id) == "cancelled"
+
+
+# --- message routes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ask_bidi", "ask_batch", "speak"])
+def test_a_turn_is_recorded_and_the_worker_invoked_asynchronously(adapters, name):
+    connect(sample("connect"), adapters)
+    assert handle_message(sample(name), adapters) == {"statusCode": 200}
+    (call,) = adapters.lambda_client.calls
+    assert call["InvocationType"] == "Event" and call["FunctionName"] == "voicewire-worker"
+    assert call["response"]["StatusCode"] == 202  # accepted, not waited for
+    job = json.loads(call["Payload"])
+    assert job["connection_id"] == CONNECTION and job["turn"] == 1
+    assert job["callback_url"] == "https://abc123defg.execute-api.us-east-1.amazonaws.com/prod"
+    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "running"
+    assert job["mode"] == json.loads(sample(name)["body"]).get("mode", "speak")
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [
+        ("ask_missing_prompt", "missing_prompt"),
+        ("ask_bad_mode", "invalid_mode"),
+        ("speak_speed_out_of_range", "speed_out_of_range"),
+        ("speak_text_too_long", "text_too_long"),
+        ("default_unknown_action", "unknown_action"),
+        ("default_not_json", "invalid_json"),
+    ],
+)
+def test_invalid_messages_get_an_error_frame_and_the_connection_stays(adapters, name, code):
+    connect(sample("connect"), adapters)
+    assert handle_message(sample(name), adapters) == {"statusCode": 200}
+    (frame,) = posted(adapters)
+    assert frame["type"] == "error" and frame["code"] == code and frame["message"]
+    assert adapters.lambda_client.calls == []
+    assert adapters.store.get_connection(CONNECTION).status == "open"
+    handle_message(sample("speak"), adapters)  # still usable
+    assert len(adapters.lambda_client.calls) == 1
+
+
+def test_unknown_voice_is_refused_before_any_work(adapters):
+    connect(sample("connect"), adapters)
+    handle_message(sample("speak", voice="nobody"), adapters)
+    assert posted(adapters)[0]["code"] == "unknown_voice"
+
+
+def test_a_new_turn_cancels_the_active_one(adapters):
+    connect(sample("connect"), adapters)
+    handle_message(sample("ask_bidi", turn_id="first"), adapters)
+    handle_message(sample("ask_bidi", turn_id="second"), adapters)
+    assert adapters.store.turn_status(CONNECTION, "first") == "cancelled"
+    assert adapters.store.turn_status(CONNECTION, "second") == "running"
+    assert [json.loads(c["Payload"])["turn"] for c in adapters.lambda_client.calls] == [1, 2]
+
+
+def test_cancel_cancels_the_active_turn_or_says_there_is_none(adapters):
+    connect(sample("connect"), adapters)
+    handle_message(sample("cancel"), adapters)
+    assert posted(adapters)[-1]["code"] == "unknown_turn"
+    handle_message(sample("ask_bidi", turn_id="t1"), adapters)
+    handle_message(sample("cancel"), adapters)
+    assert adapters.store.turn_status(CONNECTION, "t1") == "cancelled"
+
+
+def test_a_reused_turn_id_is_an_error(adapters):
+    connect(sample("connect"), adapters)
+    handle_message(sample("speak", turn_id="same"), adapters)
+    handle_message(sample("speak", turn_id="same"), adapters)
+    assert posted(adapters)[-1]["code"] == "invalid_field"
+    assert len(adapters.lambda_client.calls) == 1
+
+
+# --- worker ------------------------------------------------------------------------------------
+
+
+class FakeLambdaContext:
+    function_name = "voicewire-worker"
+    memory_limit_in_mb = 1024
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:voicewire-worker"
+    aws_request_id = "00000000-0000-0000-0000-000000000000"
+
+
+def run_worker(adapters, job: dict) -> dict:
+    from functions.handlers import worker
+    from functions.wiring import use_adapters
+
+    use_adapters(adapters)
+    try:
+        return worker.handler(job, FakeLambdaContext())
+    finally:
+        use_adapters(None)
+
+
+def accepted_job(adapters, name: str, **changes) -> dict:
+    handle_message(sample(name, **changes), adapters)
+    return json.loads(adapters.lambda_client.calls[-1]["Payload"])
+
+
+def test_worker_runs_the_turn_records_it_and_keeps_history(adapters):
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_batch")
+    assert run_worker(adapters, job) == {"status": "complete"}
+    frames = posted(adapters)
+    assert frames[0]["type"] == "turn_start" and frames[0]["turn"] == job["turn"]
+    assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "complete"
+    turn = adapters.store.get_turn(CONNECTION, job["turn_id"])
+    assert turn["status"] == "complete"
+    assert turn["audio_frames"] == frames[-1]["audio_frames"] > 0
+    assert turn["frames"] == len(adapters.posts.calls)
+    history = adapters.store.get_connection(CONNECTION).history
+    assert [message["role"] for message in history] == ["user", "assistant"]
+    assert history[0]["content"][0]["text"] == "Hello, who are you?"
+
+    # A follow-up question carries the conversation to the model.
+    follow_up = accepted_job(adapters, "ask_batch", prompt="Hello again?")
+    run_worker(adapters, follow_up)
+    request = adapters.replay.requests[-1]
+    assert [m["role"] for m in request["messages"]] == ["user", "assistant", "user"]
+    assert request["system"] == [{"text": "Be brief."}]
+
+
+def test_worker_reports_an_unreachable_speech_service(adapters):
+    from conftest import free_port
+
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "speak")
+    adapters.speech_session = lambda: open_speech_session(f"ws://127.0.0.1:{free_port()}/x")
+    assert run_worker(adapters, job) == {"status": "failed"}
+    frames = posted(adapters)
+    assert [frame["type"] for frame in frames] == ["error", "turn_end"]
+    assert frames[0]["code"] == "speech_failed"
+    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "failed"
+
+
+def test_worker_stops_when_the_turn_is_cancelled_in_dynamodb(adapters):
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_bidi")
+    adapters.store.cancel_turn(CONNECTION, job["turn_id"])  # as the cancel route would
+    assert run_worker(adapters, job) == {"status": "cancelled"}
+    frames = posted(adapters)
+    assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "cancelled"
+    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "cancelled"
