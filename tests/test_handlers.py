@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import threading
 import zipfile
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from functions.handlers.disconnect import disconnect
 from functions.handlers.messages import handle_message
 from functions.settings import Settings
 from functions.wiring import Adapters
+from voicewire.client_protocol import MAX_FRAME_BYTES, decode_audio_frame
 from voicewire.speech_link import open_speech_session
 
 EVENTS = Path(__file__).resolve().parent.parent / "events" / "apigw"
@@ -302,3 +304,54 @@ def test_worker_stops_when_the_turn_is_cancelled_in_dynamodb(adapters):
     frames = posted(adapters)
     assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "cancelled"
     assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "cancelled"
+
+
+def test_barge_in_ends_the_old_turn_before_its_audio_stops(adapters):
+    """A new ask while a turn is speaking: the old worker sees its turn cancelled, posts its
+    turn_end, and no frame of the old turn follows that turn_end."""
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_bidi", prompt="Tell me a long story")
+    first_audio = threading.Event()
+    original = adapters.posts._client.post_to_connection
+
+    def watch(**kwargs):
+        if kwargs["Data"][:1] == b"\xa1":
+            first_audio.set()
+        return original(**kwargs)
+
+    adapters.posts._client.post_to_connection = watch
+    result: dict = {}
+    old_worker = threading.Thread(target=lambda: result.update(run_worker(adapters, job)))
+    old_worker.start()
+    assert first_audio.wait(60)
+    accepted_job(adapters, "ask_bidi", prompt="Actually, stop.")  # barge-in
+    old_worker.join(60)
+    assert result == {"status": "cancelled"}
+    frames = [call["Data"] for call in adapters.posts.calls]
+    end = next(
+        i for i, data in enumerate(frames)
+        if data[:1] == b"{" and json.loads(data).get("type") == "turn_end"
+    )  # fmt: skip
+    assert json.loads(frames[end])["status"] == "cancelled"
+    old_audio_after_end = [
+        data
+        for data in frames[end + 1 :]
+        if data[:1] == b"\xa1" and decode_audio_frame(data)[0] == job["turn"]
+    ]
+    assert old_audio_after_end == []
+    assert all(len(data) <= MAX_FRAME_BYTES for data in frames)
+
+
+def test_worker_publishes_time_to_first_audio_as_emf(adapters, capsys):
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "speak")
+    run_worker(adapters, job)
+    emf = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"_aws"' in line]
+    assert emf, "no EMF document was printed"
+    names = {
+        m["Name"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]
+    }
+    assert {"TimeToFirstAudio", "TurnTotal", "Turns_complete"} <= names
+    first_audio = emf[-1]["TimeToFirstAudio"]
+    first_audio = first_audio[0] if isinstance(first_audio, list) else first_audio
+    assert first_audio > 0 and emf[-1]["mode"] == "speak"

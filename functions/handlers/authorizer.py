@@ -36,6 +36,6 @@ def authorize(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
     return policy(principal, "Allow", event.method_arn)
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return authorize(event, current_adapters())

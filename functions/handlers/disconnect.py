@@ -21,6 +21,6 @@ def disconnect(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
     return {"statusCode": 200}
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return disconnect(event, current_adapters())

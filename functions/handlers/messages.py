@@ -131,6 +131,6 @@ def start_turn(
     logger.info("turn accepted", turn_id=turn_id, turn=turn.turn, mode=mode)
 
 
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     return handle_message(event, current_adapters())

@@ -129,7 +129,7 @@ def _publish_metrics(job: WorkerJob, status: str, timings: Timings) -> None:
 
 
 @metrics.log_metrics
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     job = WorkerJob.model_validate(event)
     logger.append_keys(connection_id=job.connection_id, turn_id=job.turn_id)
