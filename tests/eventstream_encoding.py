@@ -53,3 +53,16 @@ def stream_exception(kind: str, message: str) -> bytes:
         },
         json.dumps({"Message": message, "ErrorCode": kind}).encode(),
     )
+
+
+class RawEventStream:
+    """What botocore reads an event-stream body from: an object with ``stream()``."""
+
+    def __init__(self, messages: list[bytes]) -> None:
+        self._messages = messages
+
+    def stream(self, **_: object):
+        yield from self._messages
+
+    def close(self) -> None:
+        pass

@@ -8,22 +8,11 @@ import threading
 import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
-from eventstream_encoding import encode_message
+from eventstream_encoding import RawEventStream, encode_message
 
 from functions.adapters.llm import LlmError, LlmResult, converse_request, stream_text
 from functions.adapters.replay_llm import RECORDINGS_DIR, Recording, ReplayBedrockClient
 from voicewire.error_codes import ErrorCode
-
-
-class RawEventStream:
-    def __init__(self, messages):
-        self._messages = messages
-
-    def stream(self, **_):
-        yield from self._messages
-
-    def close(self):
-        pass
 
 
 def event(kind: str, body: dict) -> bytes:

@@ -6,7 +6,7 @@ import boto3
 import httpx
 import pytest
 from botocore.awsrequest import AWSResponse
-from eventstream_encoding import payload_part, stream_exception
+from eventstream_encoding import RawEventStream, payload_part, stream_exception
 
 from voicewire.speech_link import SpeechServerError, SpeechStreamError
 from voicewire.speech_link.response_stream import HttpResponseStream, SageMakerResponseStream
@@ -34,19 +34,6 @@ def test_http_errors_carry_the_servers_code(speech_server):
     with pytest.raises(SpeechServerError) as raised:
         list(HttpResponseStream(speech_server.base_url).audio("Hi.", voice="nobody"))
     assert raised.value.code == "unknown_voice"
-
-
-class RawEventStream:
-    """What botocore reads an event-stream body from: an object with ``stream()``."""
-
-    def __init__(self, messages):
-        self._messages = messages
-
-    def stream(self, **_):
-        yield from self._messages
-
-    def close(self):
-        pass
 
 
 def boto3_client_bridged_to(base_url: str, fail_after: int | None = None, split: int = 0):

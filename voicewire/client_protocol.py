@@ -27,16 +27,15 @@ import re
 import struct
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from voicewire.error_codes import ErrorCode, ProtocolError
+from voicewire.field_rules import known_voice, speakable, speed_in_range, validate_or_raise
 from voicewire.speech_protocol import (
     AUDIO_ENCODING,
     CHANNELS,
-    MAX_SPEED,
     MAX_TEXT_CHARS,
-    MIN_SPEED,
     SAMPLE_RATE,
     load_json_object,
 )
@@ -77,29 +76,8 @@ class _SpeechOptions(_Action):
     speed: float = Field(default=1.0, strict=True)
     turn_id: str | None = None
 
-    @field_validator("speed")
-    @classmethod
-    def _speed_in_range(cls, speed: float) -> float:
-        if not MIN_SPEED <= speed <= MAX_SPEED:
-            raise PydanticCustomError(
-                ErrorCode.SPEED_OUT_OF_RANGE.value,
-                "speed {speed} is outside {low}..{high}",
-                {"speed": speed, "low": MIN_SPEED, "high": MAX_SPEED},
-            )
-        return float(speed)
-
-    @field_validator("voice")
-    @classmethod
-    def _voice_is_known(cls, voice: str | None, info: ValidationInfo) -> str | None:
-        voices = (info.context or {}).get("voices")
-        if voice is not None and voices is not None and voice not in voices:
-            raise PydanticCustomError(
-                ErrorCode.UNKNOWN_VOICE.value,
-                "voice '{voice}' is not one of: {voices}",
-                {"voice": voice, "voices": ", ".join(sorted(voices))},
-            )
-        return voice
-
+    _speed = field_validator("speed")(lambda cls, speed: speed_in_range(speed))
+    _voice = field_validator("voice")(lambda cls, voice, info: known_voice(voice, info))
     _turn_id = field_validator("turn_id")(_check_turn_id)
 
 
@@ -113,15 +91,9 @@ class AskAction(_SpeechOptions):
     @field_validator("prompt")
     @classmethod
     def _prompt_is_present(cls, prompt: str) -> str:
-        if not prompt.strip():
-            raise PydanticCustomError(ErrorCode.MISSING_PROMPT.value, "prompt is empty")
-        if len(prompt) > MAX_PROMPT_CHARS:
-            raise PydanticCustomError(
-                ErrorCode.PROMPT_TOO_LONG.value,
-                "prompt has {length} characters; the limit is {limit}",
-                {"length": len(prompt), "limit": MAX_PROMPT_CHARS},
-            )
-        return prompt
+        return speakable(
+            prompt, MAX_PROMPT_CHARS, ErrorCode.MISSING_PROMPT, ErrorCode.PROMPT_TOO_LONG, "prompt"
+        )
 
     @field_validator("mode")
     @classmethod
@@ -144,15 +116,9 @@ class SpeakAction(_SpeechOptions):
     @field_validator("text")
     @classmethod
     def _text_is_present(cls, text: str) -> str:
-        if not text.strip():
-            raise PydanticCustomError(ErrorCode.MISSING_TEXT.value, "text is empty")
-        if len(text) > MAX_TEXT_CHARS:
-            raise PydanticCustomError(
-                ErrorCode.TEXT_TOO_LONG.value,
-                "text has {length} characters; the limit is {limit}",
-                {"length": len(text), "limit": MAX_TEXT_CHARS},
-            )
-        return text
+        return speakable(
+            text, MAX_TEXT_CHARS, ErrorCode.MISSING_TEXT, ErrorCode.TEXT_TOO_LONG, "text"
+        )
 
 
 class CancelAction(_Action):
@@ -189,19 +155,8 @@ def parse_action(body: str | None, voices: frozenset[str] | None = None) -> Clie
             f"unknown action {action!r}; expected 'ask', 'speak' or 'cancel'",
             turn_id,
         )
-    try:
-        return model.model_validate(data, context={"voices": voices})  # type: ignore[return-value]
-    except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        kind, field = first["type"], str(first["loc"][0]) if first["loc"] else "message"
-        if kind in ErrorCode._value2member_map_:
-            raise ProtocolError(ErrorCode(kind), first["msg"], turn_id) from None
-        if kind == "missing" and field in ("prompt", "text"):
-            code = ErrorCode.MISSING_PROMPT if field == "prompt" else ErrorCode.MISSING_TEXT
-            raise ProtocolError(code, f"the message has no '{field}'", turn_id) from None
-        raise ProtocolError(
-            ErrorCode.INVALID_FIELD, f"field '{field}' is invalid: {first['msg']}", turn_id
-        ) from None
+    missing = {"prompt": ErrorCode.MISSING_PROMPT, "text": ErrorCode.MISSING_TEXT}
+    return validate_or_raise(model, data, turn_id, voices, missing)  # type: ignore[return-value]
 
 
 # --- server -> client ------------------------------------------------------------------------

@@ -25,13 +25,17 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
-    ValidationError,
-    ValidationInfo,
     field_validator,
 )
-from pydantic_core import PydanticCustomError
 
 from voicewire.error_codes import ErrorCode, ProtocolError
+from voicewire.field_rules import (
+    json_kind,
+    known_voice,
+    speakable,
+    speed_in_range,
+    validate_or_raise,
+)
 
 # Audio on the speech link: what the binary frames carry.
 SAMPLE_RATE = 24_000
@@ -41,8 +45,6 @@ AUDIO_ENCODING = "pcm_s16le"
 
 # Input limits, documented in docs/protocol.md.
 MAX_TEXT_CHARS = 4_000
-MIN_SPEED = 0.5  # Kokoro's own range: the model distorts outside it
-MAX_SPEED = 2.0
 MAX_REQUEST_ID_CHARS = 128
 MAX_PENDING_REQUESTS = 64  # per session: queued plus running
 
@@ -72,40 +74,12 @@ class SynthesisRequest(BaseModel):
     @field_validator("text")
     @classmethod
     def _text_is_speakable(cls, text: str) -> str:
-        if not text.strip():
-            raise PydanticCustomError(
-                ErrorCode.MISSING_TEXT.value, "text is empty or only whitespace"
-            )
-        if len(text) > MAX_TEXT_CHARS:
-            raise PydanticCustomError(
-                ErrorCode.TEXT_TOO_LONG.value,
-                "text has {length} characters; the limit is {limit}",
-                {"length": len(text), "limit": MAX_TEXT_CHARS},
-            )
-        return text
+        return speakable(
+            text, MAX_TEXT_CHARS, ErrorCode.MISSING_TEXT, ErrorCode.TEXT_TOO_LONG, "text"
+        )
 
-    @field_validator("speed")
-    @classmethod
-    def _speed_in_range(cls, speed: float) -> float:
-        if not MIN_SPEED <= speed <= MAX_SPEED:
-            raise PydanticCustomError(
-                ErrorCode.SPEED_OUT_OF_RANGE.value,
-                "speed {speed} is outside {low}..{high}",
-                {"speed": speed, "low": MIN_SPEED, "high": MAX_SPEED},
-            )
-        return float(speed)
-
-    @field_validator("voice")
-    @classmethod
-    def _voice_is_known(cls, voice: str | None, info: ValidationInfo) -> str | None:
-        voices = (info.context or {}).get("voices")
-        if voice is not None and voices is not None and voice not in voices:
-            raise PydanticCustomError(
-                ErrorCode.UNKNOWN_VOICE.value,
-                "voice '{voice}' is not one of: {voices}",
-                {"voice": voice, "voices": ", ".join(sorted(voices))},
-            )
-        return voice
+    _speed = field_validator("speed")(lambda cls, speed: speed_in_range(speed))
+    _voice = field_validator("voice")(lambda cls, voice, info: known_voice(voice, info))
 
 
 class CancelMessage(BaseModel):
@@ -194,7 +168,7 @@ def load_json_object(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ProtocolError(
             ErrorCode.NOT_AN_OBJECT,
-            f"message must be a JSON object, not {_json_kind(value)}",
+            f"message must be a JSON object, not {json_kind(value)}",
         )
     return value
 
@@ -228,46 +202,9 @@ def validate_synthesis_request(
 def _validate[M: BaseModel](
     model: type[M], body: dict[str, Any], voices: frozenset[str] | None, request_id: str | None
 ) -> M:
-    try:
-        return model.model_validate(body, context={"voices": voices})
-    except ValidationError as error:
-        raise _protocol_error(error, request_id) from None
-
-
-def _protocol_error(error: ValidationError, request_id: str | None) -> ProtocolError:
-    """Map pydantic's first error to one stable code and a sentence without Python internals."""
-    first = error.errors(include_url=False)[0]
-    # Our models are flat, so the first part of the location names the field.
-    kind, field = first["type"], str(first["loc"][0]) if first["loc"] else "message"
-    if kind in ErrorCode._value2member_map_:
-        return ProtocolError(ErrorCode(kind), first["msg"], request_id)
-    if field == "text" and kind == "missing":
-        return ProtocolError(ErrorCode.MISSING_TEXT, "message has no 'text' to speak", request_id)
-    received = _json_kind(first.get("input"))
-    return ProtocolError(
-        ErrorCode.INVALID_FIELD,
-        f"field '{field}' is invalid: {first['msg']} (got {received})",
-        request_id,
-    )
+    return validate_or_raise(model, body, request_id, voices, {"text": ErrorCode.MISSING_TEXT})
 
 
 def _request_id_of(body: dict[str, Any]) -> str | None:
     value = body.get("request_id")
     return value if isinstance(value, str) and 0 < len(value) <= MAX_REQUEST_ID_CHARS else None
-
-
-def _json_kind(value: object) -> str:
-    match value:
-        case None:
-            return "null"
-        case bool():
-            return "a boolean"
-        case int() | float():
-            return "a number"
-        case str():
-            return "a string"
-        case list():
-            return "an array"
-        case dict():
-            return "an object"
-    return type(value).__name__
