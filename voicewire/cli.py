@@ -56,13 +56,62 @@ def build_parser() -> argparse.ArgumentParser:
     speech.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
+    add_local_commands(commands)
     return parser
+
+
+def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from voicewire.commands.demo import DEFAULT_PROMPT
+    from voicewire.commands.up import add_stack_arguments
+
+    up = commands.add_parser(
+        "up",
+        help="run the whole topology on this machine: gateway, functions, DynamoDB, speech, LLM",
+    )
+    up.add_argument("--port", type=int, default=8000, help="the WebSocket API emulator's port")
+    up.add_argument(
+        "--tokens", action="store_true", help="require a signed ?token= on connect (prints one)"
+    )
+    add_stack_arguments(up)
+
+    ask = commands.add_parser(
+        "ask", help="ask (or --speak) through the WebSocket API; prints the timeline"
+    )
+    ask.add_argument("prompt", nargs="?", help="the question for the agent")
+    ask.add_argument("--url", default="ws://127.0.0.1:8000/ws")
+    ask.add_argument("--mode", choices=["bidi", "batch"], default="bidi")
+    ask.add_argument("--speak", metavar="TEXT", help="speak TEXT instead of asking")
+    ask.add_argument("--out", default="answer.wav", help="where the audio goes (WAV)")
+    ask.add_argument("--token", help="the connection token, for a stack that requires one")
+    ask.add_argument("--voice")
+    ask.add_argument("--speed", type=float)
+
+    demo = commands.add_parser(
+        "demo", help="bidi against batch on the same prompt: first text, first audio, total"
+    )
+    demo.add_argument("--prompt", default=DEFAULT_PROMPT)
+    demo.add_argument("--trials", type=int, default=5)
+    demo.add_argument("--json", help="also write the figures to this file")
+    demo.add_argument("--url", help="a running stack's WebSocket URL (default: start one)")
+    demo.add_argument("--out-dir", default="demo-audio", help="where each mode's audio goes")
+    add_stack_arguments(demo)
+
+    replay = commands.add_parser(
+        "replay", help="invoke the handler a sample event's route names (like sam local invoke)"
+    )
+    replay.add_argument("events", nargs="+", metavar="EVENT.json")
+    replay.add_argument("--token-secret", default="voicewire-sample-secret-do-not-deploy")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "serve-speech":
         serve_speech(args)
+        return
+    from voicewire.commands import ask, demo, replay, up
+
+    commands = {"up": up.run, "ask": ask.run, "demo": demo.run, "replay": replay.run}
+    commands[args.command](args)
 
 
 def serve_speech(args: argparse.Namespace) -> None:

@@ -1,0 +1,241 @@
+"""``voicewire up``'s topology end to end, over real ports with real WebSocket clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from voicewire.client_protocol import decode_audio_frame
+from voicewire.local_stack.stack import LocalStack, StackOptions
+from voicewire.turn_client import run_turn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def stack():
+    local = LocalStack(StackOptions(port=0, speech_port=0), progress=lambda line: None)
+    local.start()
+    yield local
+    local.stop()
+
+
+def check_turn(result, mode):
+    kinds = [event.kind for event in result.events]
+    assert kinds[0] == "turn_start" and kinds[-1] == "turn_end"
+    assert result.events[0].data["mode"] == mode
+    audio = [event.data for event in result.events if event.kind == "audio"]
+    assert [frame["seq"] for frame in audio] == list(range(len(audio)))
+    assert result.status == "complete"
+    assert result.end["audio_bytes"] == len(result.audio) > 24_000
+    return kinds
+
+
+async def test_speak_returns_a_whole_turn(stack):
+    result = await run_turn(
+        stack.ws_url, {"action": "speak", "text": "Hello from the local stack."}
+    )
+    check_turn(result, "speak")
+
+
+async def test_ask_bidi_speaks_before_the_text_is_done(stack):
+    """The default recording streams text for about 4 s: audio must start before it ends."""
+    async with connect(stack.ws_url, max_size=None) as ws:
+        await ws.send(json.dumps({"action": "ask", "prompt": "Tell me a story", "mode": "bidi"}))
+        kinds: list[str] = []
+        started: dict = {}
+        async with asyncio.timeout(120):
+            async for frame in ws:
+                if isinstance(frame, bytes):
+                    turn, _, _ = decode_audio_frame(frame)
+                    assert turn == started["turn"]
+                    kinds.append("audio")
+                    continue
+                data = json.loads(frame)
+                kind = data["type"]
+                if kind == "turn_start":
+                    started = data
+                kinds.append(kind)
+                if "audio" in kinds and kind == "text_delta":
+                    await ws.send(json.dumps({"action": "cancel"}))  # proven; save the time
+                if kind == "turn_end":
+                    break
+    first_audio = kinds.index("audio")
+    assert kinds[0] == "turn_start" and kinds[-1] == "turn_end"
+    assert "text_delta" in kinds[first_audio:]  # the LLM was still writing
+
+
+async def test_ask_batch_completes(stack):
+    message = {"action": "ask", "prompt": "Hello, who are you?", "mode": "batch"}
+    result = await run_turn(stack.ws_url, message)
+    kinds = check_turn(result, "batch")
+    assert kinds.index("audio") > max(i for i, k in enumerate(kinds) if k == "text_delta")
+
+
+async def test_cancel_mid_turn_ends_it_and_no_audio_follows(stack):
+    async with connect(stack.ws_url, max_size=None) as ws:
+        await ws.send(json.dumps({"action": "ask", "prompt": "Tell me everything"}))
+        frames = []
+        cancelled = False
+        async with asyncio.timeout(120):
+            async for frame in ws:
+                frames.append(frame)
+                if isinstance(frame, bytes) and not cancelled:
+                    await ws.send(json.dumps({"action": "cancel"}))
+                    cancelled = True
+                if isinstance(frame, str) and json.loads(frame)["type"] == "turn_end":
+                    break
+            end = json.loads(frames[-1])
+            assert end["status"] == "cancelled"
+            # Nothing of that turn arrives after its turn_end.
+            with pytest.raises(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await ws.recv()
+
+
+async def test_management_api_answers_and_says_gone_after_disconnect(stack):
+    management = boto3.client(
+        "apigatewaymanagementapi",
+        endpoint_url=stack.base_url,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    before = set(stack.gateway.connections)
+    async with connect(stack.ws_url) as ws:
+        for _ in range(500):  # registered just after the handshake completes
+            if new := set(stack.gateway.connections) - before:
+                break
+            await asyncio.sleep(0.01)
+        (connection_id,) = new
+        info = await asyncio.to_thread(management.get_connection, ConnectionId=connection_id)
+        assert info["Identity"]["SourceIp"] == "127.0.0.1"
+        await asyncio.to_thread(
+            management.post_to_connection, ConnectionId=connection_id, Data=b'{"hello": 1}'
+        )
+        assert json.loads(await ws.recv()) == {"hello": 1}  # UTF-8 text -> a text frame
+        await asyncio.to_thread(
+            management.post_to_connection, ConnectionId=connection_id, Data=b"\xa1\x00\x01"
+        )
+        assert await ws.recv() == b"\xa1\x00\x01"  # not UTF-8 -> a binary frame
+    await asyncio.sleep(0.2)
+    with pytest.raises(ClientError) as gone:
+        await asyncio.to_thread(
+            management.post_to_connection, ConnectionId=connection_id, Data=b"x"
+        )
+    assert gone.value.response["Error"]["Code"] == "GoneException"
+    assert gone.value.response["ResponseMetadata"]["HTTPStatusCode"] == 410
+
+
+async def test_a_frame_over_32_kb_is_refused_like_api_gateway(stack):
+    async with connect(stack.ws_url, max_size=None) as ws:
+        await ws.send(json.dumps({"action": "speak", "text": "x" * 33_000}))
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 10)
+    assert ws.close_code == 1009
+
+
+async def test_a_binary_client_frame_closes_with_1003(stack):
+    async with connect(stack.ws_url) as ws:
+        await ws.send(b'{"action": "speak", "text": "Hi."}')
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 10)
+    assert ws.close_code == 1003
+
+
+async def test_invalid_messages_get_error_frames_and_the_connection_stays(stack):
+    async with connect(stack.ws_url, max_size=None) as ws:
+        await ws.send("not json")
+        error = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        await ws.send(json.dumps({"action": "ask", "prompt": "Hi", "mode": "fast"}))
+        mode_error = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        await ws.send(json.dumps({"action": "speak", "text": "Still here."}))
+        start = json.loads(await asyncio.wait_for(ws.recv(), 30))
+    assert (error["type"], error["code"]) == ("error", "invalid_json")
+    assert mode_error["code"] == "invalid_mode"
+    assert start["type"] == "turn_start"
+
+
+def test_the_page_is_served(stack):
+    import httpx
+
+    page = httpx.get(f"{stack.base_url}/")
+    assert page.status_code == 200 and "0xA1" in page.text
+
+
+def test_replay_runs_every_sample_event():
+    samples = sorted(str(path) for path in (ROOT / "events" / "apigw").glob("*.json"))
+    connect_first = [s for s in samples if s.endswith("/connect.json")] + samples
+    result = subprocess.run(
+        [sys.executable, "-m", "voicewire.cli", "replay", *connect_first],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.count("== ") == len(connect_first)
+    for code in ("missing_prompt", "invalid_mode", "speed_out_of_range", "text_too_long",
+                 "unknown_action", "invalid_json"):  # fmt: skip
+        assert f'"code":"{code}"' in out
+    assert '"Effect": "Allow"' in out and out.count('"Effect": "Deny"') == 4
+    assert "invoked voicewire-worker (Event)" in out
+
+
+def test_demo_reports_both_modes(stack, tmp_path):
+    figures = tmp_path / "demo.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "voicewire.cli", "demo", "--url", stack.ws_url, "--trials", "1",
+         "--prompt", "Hello there", "--json", str(figures), "--out-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    report = json.loads(figures.read_text())
+    for mode in ("bidi", "batch"):
+        first_audio = report["modes"][mode]["first_audio_ms"]
+        assert 0 < first_audio["min"] <= first_audio["median"] <= first_audio["max"]
+        assert (tmp_path / f"{mode}.wav").stat().st_size > 44
+    assert report["batch_over_bidi_first_audio"] > 0
+    assert "first audio, batch / bidi" in result.stdout
+
+
+def test_ask_cli_prints_the_timeline_and_writes_audio(stack, tmp_path):
+    out = tmp_path / "answer.wav"
+    result = subprocess.run(
+        [sys.executable, "-m", "voicewire.cli", "ask", "--speak", "Short and sweet.",
+         "--url", stack.ws_url, "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "turn_start" in lines[0] and any("turn_end    complete" in line for line in lines)
+    import wave
+
+    with wave.open(str(out)) as audio:
+        assert audio.getframerate() == 24_000 and audio.getnframes() > 12_000
+
+
+@pytest.mark.skipif(
+    shutil.which("npx") is None or shutil.which("script") is None,
+    reason="needs npx (Node.js) and script (util-linux)",
+)
+def test_wscat_as_an_outside_client(stack):
+    """npm's wscat sends a speak action and prints the turn. wscat prints what it receives only
+    on a terminal, so it runs under ``script``, which gives it one."""
+    message = json.dumps({"action": "speak", "text": "Hello wscat."})
+    command = shlex.join(["npx", "-y", "wscat", "-c", stack.ws_url, "-x", message, "-w", "15"])
+    result = subprocess.run(
+        ["script", "-qc", command, "/dev/null"], capture_output=True, timeout=240
+    )
+    out = result.stdout.decode("utf-8", "replace")
+    assert '"type":"turn_start"' in out, out[-2000:]
+    assert '"type":"turn_end"' in out and '"status":"complete"' in out

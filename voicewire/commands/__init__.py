@@ -1,0 +1,1 @@
+"""The ``voicewire`` subcommands, one module each."""

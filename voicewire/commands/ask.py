@@ -1,0 +1,71 @@
+"""``voicewire ask``: one turn from the terminal, its timeline printed as it arrives."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from voicewire.turn_client import TimedEvent, run_turn
+
+
+def timeline_line(event: TimedEvent) -> str:
+    data = event.data
+    match event.kind:
+        case "turn_start":
+            what = f"turn {data['turn']} ({data['mode']}), id {data['turn_id']}"
+        case "text_delta":
+            what = repr(data["text"])
+        case "sentence":
+            what = f"#{data['index']} {data['text']}"
+        case "audio":
+            what = f"frame {data['seq']}, {data['bytes']:,} bytes"
+        case "turn_end":
+            timings = ", ".join(
+                f"{name.removesuffix('_ms')} {value:.0f} ms"
+                for name, value in data["timings"].items()
+                if value is not None
+            )
+            what = (
+                f"{data['status']}: {timings}; {data['audio_frames']} audio frames, "
+                f"{data['audio_bytes']:,} bytes"
+            )
+        case "error":
+            what = f"{data['code']}: {data['message']}"
+        case _:
+            what = str(data)
+    return f"{event.at_ms:9.1f} ms  {event.kind:<11} {what}"
+
+
+def message_for(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    if args.voice:
+        options["voice"] = args.voice
+    if args.speed is not None:
+        options["speed"] = args.speed
+    if args.speak is not None:
+        return {"action": "speak", "text": args.speak, **options}
+    return {"action": "ask", "prompt": args.prompt, "mode": args.mode, **options}
+
+
+def run(args: argparse.Namespace) -> None:
+    if args.prompt is None and args.speak is None:
+        sys.exit("voicewire ask: give a PROMPT or --speak TEXT")
+    url = args.url + (
+        ("&" if "?" in args.url else "?") + f"token={args.token}" if args.token else ""
+    )
+    try:
+        result = asyncio.run(
+            run_turn(url, message_for(args), lambda event: print(timeline_line(event), flush=True))
+        )
+    except (OSError, TimeoutError) as error:
+        sys.exit(f"voicewire ask: cannot reach {args.url}: {error}")
+    except Exception as error:  # e.g. a refused handshake (bad token): one line, not a traceback
+        sys.exit(f"voicewire ask: {type(error).__name__}: {error}")
+    if result.audio:
+        out = Path(args.out)
+        result.write_wav(out)
+        print(f"audio: {len(result.audio) / 48_000:.2f} s written to {out}")
+    sys.exit(0 if result.status == "complete" else 1)

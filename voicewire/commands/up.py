@@ -1,0 +1,83 @@
+"""``voicewire up``: the local stack in the foreground until Ctrl-C."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+
+from speech_server.server import PortInUseError
+from speech_server.settings import EngineSettings
+
+
+def quiet_lambda_output(verbose: bool) -> None:
+    """Powertools logs every invocation as JSON and prints EMF metrics to stdout: useful in
+    CloudWatch, noise in a terminal. ``--verbose`` keeps them."""
+    if not verbose:
+        os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
+        os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--speech-port", type=int, default=8080)
+    parser.add_argument("--bedrock-model-id", help="use real Bedrock (needs AWS credentials)")
+    parser.add_argument("--dynamodb-endpoint", help="a DynamoDB endpoint instead of moto's")
+    parser.add_argument("--engine", choices=["onnx", "torch"], default=None)
+    parser.add_argument("--voice", default=None, help="the speech server's default voice")
+    parser.add_argument("--verbose", action="store_true", help="show the functions' JSON logs")
+
+
+def stack_options(args: argparse.Namespace, port: int) -> object:
+    from voicewire.local_stack.stack import StackOptions
+
+    return StackOptions(
+        host=args.host,
+        port=port,
+        speech_port=args.speech_port,
+        bedrock_model_id=args.bedrock_model_id,
+        dynamodb_endpoint=args.dynamodb_endpoint,
+        tokens=getattr(args, "tokens", False),
+        engine=EngineSettings.from_env(engine=args.engine, voice=args.voice),
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    quiet_lambda_output(args.verbose)
+    from voicewire.local_stack.stack import LocalStack
+
+    stack = LocalStack(
+        stack_options(args, args.port), progress=lambda line: print(line, flush=True)
+    )
+    try:
+        stack.start()
+    except PortInUseError as error:
+        sys.exit(f"voicewire up: {error}")
+    except KeyboardInterrupt:
+        stack.stop()
+        return
+    options = stack.options
+    llm = (
+        f"Bedrock {options.bedrock_model_id}"
+        if options.bedrock_model_id
+        else "replay of the recordings in events/llm"
+    )
+    token = f"?token={stack.token()}" if options.tokens else ""
+    print(
+        "\nvoicewire local stack is up\n"
+        f"  page        {stack.base_url}/\n"
+        f"  websocket   {stack.ws_url}{token}\n"
+        f"  management  {stack.base_url}/@connections/{{connectionId}}\n"
+        f"  speech      {stack.speech_url}\n"
+        f"  llm         {llm}\n"
+        f'\nTry: uv run voicewire ask "What is the release plan?"\n'
+        "Ctrl-C stops everything.",
+        flush=True,
+    )
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        print("\nstopping...", flush=True)
+    finally:
+        stack.stop()

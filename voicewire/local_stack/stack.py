@@ -1,0 +1,251 @@
+"""``voicewire up``: start every part of the topology in one process, and stop it cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import uvicorn
+
+from speech_server.app import create_app
+from speech_server.engines import load_engine
+from speech_server.server import PortInUseError, bind_socket
+from speech_server.settings import EngineSettings
+
+logger = logging.getLogger(__name__)
+
+REGION = "us-east-1"
+TABLE_NAME = "voicewire-sessions"
+WORKER_FUNCTION = "voicewire-worker"
+PAGE = Path(__file__).resolve().parents[2] / "web" / "index.html"
+LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+
+
+@dataclass
+class StackOptions:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    speech_port: int = 8080
+    bedrock_model_id: str | None = None  # None: the replay LLM
+    dynamodb_endpoint: str | None = None  # None: an embedded moto server
+    tokens: bool = False  # require a signed ?token= on connect (the authorizer runs)
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    llm_pace: float = 1.0  # replay LLM: 1.0 plays recordings at their recorded pace
+
+
+@dataclass
+class RunningServer:
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+
+
+def serve_in_thread(app: Any, sock: socket.socket, name: str, **config: Any) -> RunningServer:
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", ws="websockets-sansio", **config)
+    )
+    thread = threading.Thread(
+        target=lambda: asyncio.run(server.serve(sockets=[sock])), name=name, daemon=True
+    )
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError(f"the {name} did not start")
+        time.sleep(0.01)
+    return RunningServer(server, thread)
+
+
+class LocalStack:
+    def __init__(self, options: StackOptions, progress: Callable[[str], None] = print) -> None:
+        self.options = options
+        self.progress = progress
+        self.token_secret = secrets.token_urlsafe(32)
+        self._servers: list[RunningServer] = []
+        self._moto: Any = None
+        self.functions: Any = None
+
+    # --- addresses ------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.options.host}:{self.options.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://{self.options.host}:{self.options.port}/ws"
+
+    @property
+    def speech_url(self) -> str:
+        return (
+            f"ws://{self.options.host}:{self.options.speech_port}/invocations-bidirectional-stream"
+        )
+
+    def token(self, principal: str = "local-user") -> str:
+        from functions.auth_tokens import mint_token
+
+        return mint_token(self.token_secret, principal)
+
+    # --- life cycle -----------------------------------------------------------------------
+
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        options = self.options
+        # Ports first: a busy port is a one-line error before anything slow starts.
+        gateway_socket = bind_socket(options.host, options.port)
+        speech_socket = bind_socket(options.host, options.speech_port)
+        # Port 0 means "any free port" (demo, tests): remember which one we got.
+        options.port = gateway_socket.getsockname()[1]
+        options.speech_port = speech_socket.getsockname()[1]
+        try:
+            self._start(gateway_socket, speech_socket)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, gateway_socket: socket.socket, speech_socket: socket.socket) -> None:
+        options = self.options
+        endpoint = options.dynamodb_endpoint or self._start_moto()
+        dynamodb = boto3.resource(
+            "dynamodb", endpoint_url=endpoint, region_name=REGION, **LOCAL_CREDENTIALS
+        )
+        self._ensure_table(dynamodb)
+
+        self.progress(f"speech server: loading Kokoro-82M ({options.engine.engine} engine)...")
+        speech_app = create_app(lambda: load_engine(options.engine))
+        self._servers.append(serve_in_thread(speech_app, speech_socket, "speech server"))
+        voices = self._wait_for_speech()
+
+        from functions.settings import Settings
+        from functions.wiring import Adapters, use_adapters
+        from voicewire.local_stack.gateway import Gateway, GatewayFunctions
+        from voicewire.local_stack.lambdas import LocalFunctions, LocalLambdaClient
+        from voicewire.speech_link import open_speech_session
+
+        settings = Settings(
+            table_name=TABLE_NAME,
+            worker_function=WORKER_FUNCTION,
+            speech_target=self.speech_url,
+            llm="bedrock" if options.bedrock_model_id else "replay",
+            bedrock_model_id=options.bedrock_model_id or "replay",
+            token_secret_parameter=None,
+            callback_url=self.base_url,
+            voices=voices,
+            system_prompt="You are a helpful voice assistant. Answer in short spoken sentences.",
+        )
+        self.functions = LocalFunctions()
+        adapters = Adapters(
+            settings=settings,
+            dynamodb=dynamodb,
+            lambda_client=LocalLambdaClient(self.functions, {WORKER_FUNCTION: "worker"}),
+            management_client_for=lambda url: boto3.client(
+                "apigatewaymanagementapi", endpoint_url=url, region_name=REGION, **LOCAL_CREDENTIALS
+            ),
+            llm_client=self._llm_client,
+            speech_session=lambda: open_speech_session(self.speech_url),
+            token_secret=lambda: self.token_secret,
+        )
+        use_adapters(adapters)
+        gateway = Gateway(
+            GatewayFunctions(
+                connect=lambda event: self.functions.call("connect", event),
+                disconnect=lambda event: self.functions.call("disconnect", event),
+                message=lambda event: self.functions.call("messages", event),
+                authorizer=(
+                    (lambda event: self.functions.call("authorizer", event))
+                    if options.tokens
+                    else None
+                ),
+            ),
+            page=PAGE,
+        )
+        self.gateway = gateway
+        self._servers.append(
+            serve_in_thread(gateway.app(), gateway_socket, "gateway", ws_max_size=128 * 1024)
+        )
+
+    def _llm_client(self) -> Any:
+        if self.options.bedrock_model_id:
+            return boto3.client("bedrock-runtime")
+        from functions.adapters.replay_llm import ReplayBedrockClient
+
+        return ReplayBedrockClient(pace=self.options.llm_pace)
+
+    def _start_moto(self) -> str:
+        from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+        self._moto = ThreadedMotoServer(ip_address=self.options.host, port=0, verbose=False)
+        self._moto.start()
+        host, port = self._moto.get_host_and_port()
+        return f"http://{host}:{port}"
+
+    def _ensure_table(self, dynamodb: Any) -> None:
+        from functions.adapters.session_table import create_table
+
+        client = dynamodb.meta.client
+        if TABLE_NAME not in client.list_tables()["TableNames"]:
+            create_table(client, TABLE_NAME)
+
+    def _wait_for_speech(self) -> frozenset[str]:
+        ping = f"http://{self.options.host}:{self.options.speech_port}/ping"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.TransportError):
+                response = httpx.get(ping, timeout=5)
+                if response.status_code == 200:
+                    info = response.json()
+                    self.progress(f"speech server: ready (default voice {info['default_voice']})")
+                    return frozenset(info["voices"])
+                if response.status_code == 500:
+                    raise RuntimeError(response.json()["message"])
+            time.sleep(0.1)
+        raise RuntimeError("the speech server did not become ready in 5 minutes")
+
+    def stop(self) -> None:
+        from functions.wiring import use_adapters
+
+        if self.functions is not None:
+            self.functions.wait(10)
+        for server in reversed(self._servers):
+            server.stop()
+        self._servers.clear()
+        if self._moto is not None:
+            self._moto.stop()
+            self._moto = None
+        use_adapters(None)
+
+
+@contextlib.contextmanager
+def running_stack(
+    options: StackOptions, progress: Callable[[str], None] = print
+) -> Iterator[LocalStack]:
+    stack = LocalStack(options, progress)
+    stack.start()
+    try:
+        yield stack
+    finally:
+        stack.stop()
+
+
+__all__ = ["LocalStack", "PortInUseError", "StackOptions", "running_stack"]
