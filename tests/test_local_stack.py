@@ -239,3 +239,62 @@ def test_wscat_as_an_outside_client(stack):
     out = result.stdout.decode("utf-8", "replace")
     assert '"type":"turn_start"' in out, out[-2000:]
     assert '"type":"turn_end"' in out and '"status":"complete"' in out
+
+
+async def test_tokens_turn_the_authorizer_on():
+    from websockets.exceptions import InvalidStatus
+
+    with LocalStack(StackOptions(port=0, speech_port=0, tokens=True), lambda line: None) as local:
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(local.ws_url):
+                pass
+        assert refused.value.response.status_code == 403
+        with pytest.raises(InvalidStatus):
+            async with connect(local.ws_url + "?token=not.a.jwt"):
+                pass
+        result = await run_turn(
+            f"{local.ws_url}?token={local.token('alice')}", {"action": "speak", "text": "Hi."}
+        )
+        assert result.status == "complete"
+        from functions.wiring import current_adapters
+
+        (connection_id,) = local.gateway.connections  # only the authorized one got this far
+        principal = current_adapters().store.get_connection(connection_id).principal
+        assert principal == "alice"  # the authorizer's context reached $connect
+
+
+def test_voicewire_up_prints_its_urls_and_stops_on_ctrl_c(tmp_path):
+    import signal
+    import time
+
+    from conftest import free_port
+
+    port, speech_port = free_port(), free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "voicewire.cli", "up", "--port", str(port),
+         "--speech-port", str(speech_port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        env={**__import__("os").environ, "VOICEWIRE_CACHE_DIR": str(tmp_path)},
+    )  # fmt: skip
+    lines = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        lines.append(line)
+        if "Ctrl-C stops everything" in line:
+            break
+    output = "".join(lines)
+    assert f"ws://127.0.0.1:{port}/ws" in output and f"http://127.0.0.1:{port}/" in output
+    assert "assembling Kokoro-82M int8 ONNX" in output  # first run: the long step says so
+    busy = subprocess.run(
+        [sys.executable, "-m", "voicewire.cli", "up", "--port", str(port)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert busy.returncode != 0
+    assert busy.stderr.strip().splitlines() == [
+        f"voicewire up: port {port} on 127.0.0.1 is already in use"
+    ]
+    process.send_signal(signal.SIGINT)
+    rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, rest
+    assert "Traceback" not in rest
