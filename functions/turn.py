@@ -23,8 +23,9 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel
@@ -98,7 +99,11 @@ class TurnRunner:
     llm: ConverseStreamClient | None = None
     llm_request: dict[str, Any] | None = None  # ask: the converse_stream arguments
     text: str | None = None  # speak: the text
-    chunker_factory: type[IncrementalSentenceChunker] = IncrementalSentenceChunker
+    # The first chunk ends at its first clause or after 6 words, whichever comes first: an LLM
+    # writes 6 words in ~300 ms, a long first sentence in seconds.
+    chunker_factory: Callable[[], IncrementalSentenceChunker] = field(
+        default=partial(IncrementalSentenceChunker, first_max_words=6)
+    )
 
     def __post_init__(self) -> None:
         self._clock = _Clock(self.spec.accepted_at)

@@ -178,6 +178,15 @@ def test_first_clause_is_emitted_early_once_long_enough():
     assert chunker.flush() == "and then, later, more."
 
 
+def test_first_chunk_can_end_after_a_word_limit():
+    chunker = IncrementalSentenceChunker(first_max_words=4)
+    assert chunker.feed("Voice agents feel slow") == []
+    assert chunker.feed(" when") == ["Voice agents feel slow"]  # the space ends word four
+    assert chunker.feed(" they wait for the whole answer. Then") == [
+        "when they wait for the whole answer."
+    ]  # only the first chunk is cut by words
+
+
 def test_first_clause_cut_can_be_turned_off():
     text = "The answer is simple: use a cache. It works."
     assert chunk_all(text, first_clause_min_chars=None) == [
@@ -252,3 +261,14 @@ def test_joined_chunks_are_the_speech_text_word_for_word(text, data):
 @given(TEXTS, st.integers(20, 80))
 def test_no_chunk_exceeds_max_chars(text, max_chars):
     assert all(len(chunk) <= max_chars for chunk in chunk_all(text, max_chars=max_chars))
+
+
+@settings(max_examples=200)
+@given(st.one_of(TEXTS, CORPUS_TEXTS), st.integers(1, 8), st.data())
+def test_the_word_limit_keeps_the_invariants(text, words, data):
+    cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=30))
+    chunks = chunk_all(text, cuts, first_max_words=words)
+    assert chunks == chunk_all(text, first_max_words=words)
+    assert "".join("".join(chunks).split()) == "".join(to_speech_text(text).split())
+    if chunks and "\n" not in text:
+        assert len(chunks[0].split()) <= words or chunks[0] == " ".join(chunks)

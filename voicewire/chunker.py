@@ -38,8 +38,9 @@ a line break                   boundary (headings, list items and paragraphs end
 =============================  ==============================================================
 
 Latency options: the first chunk of a stream may end early, at its first clause mark (``,`` ``;``
-``:`` a spaced hyphen, or a dash) once it has ``first_clause_min_chars`` characters; any chunk
-that reaches ``max_chars`` without a boundary is cut at its last space.
+``:`` a spaced hyphen, or a dash) once it has ``first_clause_min_chars`` characters, or after
+``first_max_words`` words; any chunk that reaches ``max_chars`` without a boundary is cut at its
+last space.
 
 Why not a segmenter library: sentencex and pysbd segment whole texts and re-decide earlier
 boundaries as text arrives, and need the next word to decide; a voice waiting on them loses the
@@ -77,11 +78,22 @@ MAYBE_FINAL = frozenset(
 class IncrementalSentenceChunker:
     """Turns fragments of an LLM's answer into speakable chunks as soon as each is certain."""
 
-    def __init__(self, *, first_clause_min_chars: int | None = 12, max_chars: int = 250) -> None:
-        """``first_clause_min_chars=None`` turns the early first clause off."""
+    def __init__(
+        self,
+        *,
+        first_clause_min_chars: int | None = 12,
+        first_max_words: int | None = None,
+        max_chars: int = 250,
+    ) -> None:
+        """``first_clause_min_chars=None`` turns the early first clause off; ``first_max_words``
+        also ends the first chunk after that many words (the pipeline uses 6: an LLM takes
+        ~300 ms to write them, a long first sentence takes seconds)."""
         if max_chars < 20:
             raise ValueError("max_chars must be at least 20")
+        if first_max_words is not None and first_max_words < 1:
+            raise ValueError("first_max_words must be at least 1")
         self.first_clause_min_chars = first_clause_min_chars
+        self.first_max_words = first_max_words
         self.max_chars = max_chars
         self._reset()
 
@@ -173,7 +185,15 @@ class IncrementalSentenceChunker:
             return self._after_terminator(text, i, final)
         if char in _CLAUSE_MARKS or char in _DASHES or char == "-":
             return self._after_clause_mark(text, i, final)
+        if char in " \t" and self._first_words_done(text, i):
+            return i
         return -1
+
+    def _first_words_done(self, text: str, i: int) -> bool:
+        """The first chunk has its ``first_max_words`` words, and this space ends the last."""
+        if self._emitted or self.first_max_words is None or not text[i - 1 : i].strip():
+            return False
+        return len(text[:i].split()) == self.first_max_words
 
     def _after_terminator(self, text: str, i: int, final: bool) -> int | None:
         run_end = _skip(text, i, _TERMINATORS)

@@ -117,6 +117,8 @@ async def _fail_before_start(relay: Relay, spec: TurnSpec, error: Exception) -> 
 
 
 def _publish_metrics(job: WorkerJob, status: str, timings: Timings) -> None:
+    # Dimensions are per invocation; a warm container must not carry the last turn's mode.
+    metrics.clear_metrics()
     metrics.add_dimension(name="mode", value=job.mode)
     metrics.add_metric(name=f"Turns_{status}", unit=MetricUnit.Count, value=1)
     for name, value in (
