@@ -49,6 +49,7 @@ def serve(host: str, port: int, settings: EngineSettings, log_level: str = "info
         ws_ping_interval=20.0,
         ws_ping_timeout=20.0,
         timeout_graceful_shutdown=5,
+        access_log=False,  # SageMaker pings /ping every few seconds: one line each is noise
     )
     logger.info(
         "speech server on http://%s:%d (engine %s; model loading in the background, "
@@ -69,6 +70,7 @@ def main() -> None:
             os.environ.get("VOICEWIRE_HOST", "0.0.0.0"),
             int(os.environ.get("VOICEWIRE_PORT", "8080")),
             EngineSettings.from_env(),
+            os.environ.get("VOICEWIRE_LOG_LEVEL", "info"),
         )
     except (PortInUseError, ValueError) as error:
         sys.exit(f"speech server: {error}")

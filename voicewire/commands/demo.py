@@ -51,11 +51,10 @@ def target(url: str | None, args: argparse.Namespace) -> Iterator[str]:
     if url:
         yield url
         return
-    from voicewire.commands.up import quiet_lambda_output, show_progress, stack_options
+    from voicewire.commands.up import quiet_lambda_output, stack_options
     from voicewire.local_stack.stack import LocalStack
 
     quiet_lambda_output(args.verbose)
-    show_progress()
     stack = LocalStack(stack_options(args, 0), progress=lambda line: print(line, flush=True))
     stack.start()
     try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 import threading
@@ -44,19 +43,8 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
     )
 
 
-def show_progress() -> None:
-    """Model assembly and loading report through logging: show those lines."""
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("speech server: %(message)s"))
-    for name in ("speech_server.model_assets", "speech_server.engines.onnx_engine"):
-        log = logging.getLogger(name)
-        log.setLevel(logging.INFO)
-        log.addHandler(handler)
-
-
 def run(args: argparse.Namespace) -> None:
     quiet_lambda_output(args.verbose)
-    show_progress()
     from voicewire.local_stack.stack import LocalStack
 
     stack = LocalStack(

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,8 +21,6 @@ import boto3
 import httpx
 import uvicorn
 
-from speech_server.app import create_app
-from speech_server.engines import load_engine
 from speech_server.server import PortInUseError, bind_socket
 from speech_server.settings import EngineSettings
 
@@ -77,6 +78,7 @@ class LocalStack:
         self.token_secret = secrets.token_urlsafe(32)
         self._servers: list[RunningServer] = []
         self._moto: Any = None
+        self._speech_process: subprocess.Popen[str] | None = None
         self.functions: Any = None
 
     # --- addresses ------------------------------------------------------------------------
@@ -132,8 +134,7 @@ class LocalStack:
         self._ensure_table(dynamodb)
 
         self.progress(f"speech server: loading Kokoro-82M ({options.engine.engine} engine)...")
-        speech_app = create_app(lambda: load_engine(options.engine))
-        self._servers.append(serve_in_thread(speech_app, speech_socket, "speech server"))
+        self._start_speech_server(speech_socket)
         voices = self._wait_for_speech()
 
         from functions.settings import Settings
@@ -184,6 +185,45 @@ class LocalStack:
             serve_in_thread(gateway.app(), gateway_socket, "gateway", ws_max_size=128 * 1024)
         )
 
+    def _start_speech_server(self, reserved: socket.socket) -> None:
+        """The container's app in its own process, as on AWS: the model's threads and the
+        gateway's event loop do not share an interpreter lock."""
+        engine = self.options.engine
+        env = {
+            **os.environ,
+            "VOICEWIRE_HOST": self.options.host,
+            "VOICEWIRE_PORT": str(self.options.speech_port),
+            "VOICEWIRE_ENGINE": engine.engine,
+            "VOICEWIRE_LANG": engine.lang,
+            "VOICEWIRE_MODEL_DIR": str(engine.model_dir),
+        }
+        for name, value in (
+            ("VOICEWIRE_VOICE", engine.voice),
+            ("VOICEWIRE_MODEL_PATH", engine.model_path),
+            ("VOICEWIRE_VOICES_PATH", engine.voices_path),
+            ("VOICEWIRE_DEVICE", engine.device),
+        ):
+            if value is not None:
+                env[name] = str(value)
+        reserved.close()  # the port was held only to report a busy one early; the child binds it
+        self._speech_process = subprocess.Popen(
+            [sys.executable, "-m", "speech_server", "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        threading.Thread(target=self._relay_speech_log, daemon=True).start()
+
+    def _relay_speech_log(self) -> None:
+        """Show the speech server's progress lines (model assembly, loading), nothing else."""
+        assert self._speech_process is not None and self._speech_process.stderr is not None
+        for line in self._speech_process.stderr:
+            if any(word in line for word in ("assembling", "part ", "loading", "ready in")):
+                self.progress("speech server: " + line.rstrip().split(": ", 1)[-1])
+            elif "ERROR" in line or "Traceback" in line:
+                self.progress("speech server: " + line.rstrip())
+
     def _llm_client(self) -> Any:
         if self.options.bedrock_model_id:
             return boto3.client("bedrock-runtime")
@@ -219,6 +259,8 @@ class LocalStack:
                     return frozenset(info["voices"])
                 if response.status_code == 500:
                     raise RuntimeError(response.json()["message"])
+            if self._speech_process is not None and self._speech_process.poll() is not None:
+                raise RuntimeError("the speech server exited; see its messages above")
             time.sleep(0.1)
         raise RuntimeError("the speech server did not become ready in 5 minutes")
 
@@ -233,6 +275,13 @@ class LocalStack:
         if self._moto is not None:
             self._moto.stop()
             self._moto = None
+        if self._speech_process is not None:
+            self._speech_process.terminate()
+            try:
+                self._speech_process.wait(15)
+            except subprocess.TimeoutExpired:
+                self._speech_process.kill()
+            self._speech_process = None
         use_adapters(None)
 
 
