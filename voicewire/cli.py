@@ -95,6 +95,7 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     demo.add_argument("--url", help="a running stack's WebSocket URL (default: start one)")
     demo.add_argument("--out-dir", default="demo-audio", help="where each mode's audio goes")
     add_stack_arguments(demo)
+    demo.set_defaults(speech_port=0)  # its own stack takes free ports, beside a running `up`
 
     replay = commands.add_parser(
         "replay", help="invoke the handler a sample event's route names (like sam local invoke)"
