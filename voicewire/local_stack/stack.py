@@ -219,7 +219,9 @@ class LocalStack:
         """Show the speech server's progress lines (model assembly, loading), nothing else."""
         assert self._speech_process is not None and self._speech_process.stderr is not None
         for line in self._speech_process.stderr:
-            if any(word in line for word in ("assembling", "part ", "loading", "ready in")):
+            if "speech server on" in line:
+                continue  # the stack prints its own address line
+            if any(word in line for word in ("assembling", "part ", "loading ", "ready in")):
                 self.progress("speech server: " + line.rstrip().split(": ", 1)[-1])
             elif "ERROR" in line or "Traceback" in line:
                 self.progress("speech server: " + line.rstrip())
