@@ -298,3 +298,28 @@ def test_voicewire_up_prints_its_urls_and_stops_on_ctrl_c(tmp_path):
     rest, _ = process.communicate(timeout=60)
     assert process.returncode == 0, rest
     assert "Traceback" not in rest
+
+
+async def test_an_outside_dynamodb_endpoint_is_used():
+    from moto.server import ThreadedMotoServer
+
+    outside = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    outside.start()
+    try:
+        host, port = outside.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        options = StackOptions(port=0, speech_port=0, dynamodb_endpoint=endpoint)
+        with LocalStack(options, lambda line: None) as local:
+            assert local._moto is None  # no embedded DynamoDB was started
+            result = await run_turn(local.ws_url, {"action": "speak", "text": "Stored."})
+            assert result.status == "complete"
+        table = boto3.resource(
+            "dynamodb", endpoint_url=endpoint, region_name="us-east-1",
+            aws_access_key_id="local", aws_secret_access_key="local",
+        ).Table("voicewire-sessions")  # fmt: skip
+        # moto servers in one process share their state, so look for this turn by its id.
+        turn_id = result.events[0].data["turn_id"]
+        (turn,) = [item for item in table.scan()["Items"] if item["sk"] == f"turn#{turn_id}"]
+        assert turn["status"] == "complete" and turn["audio_bytes"] == len(result.audio)
+    finally:
+        outside.stop()
