@@ -25,7 +25,7 @@ import base64
 import json
 import re
 import struct
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -249,8 +249,3 @@ def split_audio(pcm: bytes, max_payload: int) -> list[bytes]:
     """Cut PCM into payloads of at most ``max_payload`` bytes, never inside a sample."""
     step = max_payload - max_payload % 2
     return [pcm[offset : offset + step] for offset in range(0, len(pcm), step)]
-
-
-def parse_control(frame: bytes | str) -> dict[str, Any]:
-    """A control frame's JSON (for clients and tests)."""
-    return json.loads(frame)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ import boto3
 import httpx
 import uvicorn
 
-from speech_server.server import PortInUseError, bind_socket
+from speech_server.server import bind_socket
 from speech_server.settings import EngineSettings
 
 logger = logging.getLogger(__name__)
@@ -285,18 +285,3 @@ class LocalStack:
                 self._speech_process.kill()
             self._speech_process = None
         use_adapters(None)
-
-
-@contextlib.contextmanager
-def running_stack(
-    options: StackOptions, progress: Callable[[str], None] = print
-) -> Iterator[LocalStack]:
-    stack = LocalStack(options, progress)
-    stack.start()
-    try:
-        yield stack
-    finally:
-        stack.stop()
-
-
-__all__ = ["LocalStack", "PortInUseError", "StackOptions", "running_stack"]
