@@ -126,7 +126,7 @@ class TurnRunner:
                 case _:
                     await self._consume(self._speak_events())
         except ConnectionGone:
-            await self._stop_work()
+            await self._stop_work(cancel_speech=True)
             return TurnOutcome("cancelled", self._clock.timings(), self._llm_result.text, gone=True)
         except _Stop:
             status = "cancelled"
@@ -139,7 +139,7 @@ class TurnRunner:
                 code=ErrorCode.SPEECH_FAILED,
                 message=f"speech synthesis failed ({failure.code})",
             )
-        await self._stop_work()
+        await self._stop_work(cancel_speech=status != "complete")
         outcome = TurnOutcome(
             status, self._clock.timings(), self._llm_result.text, self._llm_result.stop_reason
         )
@@ -191,9 +191,11 @@ class TurnRunner:
         else:
             await self.relay.control(event)
 
-    async def _stop_work(self) -> None:
+    async def _stop_work(self, cancel_speech: bool) -> None:
+        """Stop the LLM stream; unless the turn completed, drop the speech still queued, so the
+        session closes at once instead of synthesizing audio nobody will receive."""
         self._llm_stop.set()
-        if self.cancelled.is_set() and self._request_ids:
+        if cancel_speech and self._request_ids:
             with contextlib.suppress(SpeechSessionError):
                 await self.speech.cancel()
 
