@@ -80,7 +80,10 @@ def current_adapters() -> Adapters:
     return _current
 
 
-def use_adapters(adapters: Adapters | None) -> None:
-    """Install the adapters every handler uses (the local stack, tests); None: from env again."""
+def use_adapters(adapters: Adapters | None) -> Adapters | None:
+    """Install the adapters every handler uses (the local stack, tests); None: from env again.
+
+    Returns the ones installed before, so a caller can put them back."""
     global _current
-    _current = adapters
+    previous, _current = _current, adapters
+    return previous

@@ -98,6 +98,17 @@ def speech_server(onnx_engine: KokoroOnnxEngine) -> Iterator[RunningServer]:
     running.stop()
 
 
+@pytest.fixture(scope="module")
+def stack():
+    """``voicewire up``'s topology in-process on free ports, one per test module."""
+    from voicewire.local_stack.stack import LocalStack, StackOptions
+
+    local = LocalStack(StackOptions(port=0, speech_port=0), progress=lambda line: None)
+    local.start()
+    yield local
+    local.stop()
+
+
 @pytest.fixture
 def server_factory() -> Iterator[Callable[..., RunningServer]]:
     started: list[RunningServer] = []

@@ -6,18 +6,8 @@ import shutil
 
 import pytest
 
-from voicewire.local_stack.stack import LocalStack, StackOptions
-
 CHROMIUM = shutil.which("chromium")
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
-
-
-@pytest.fixture(scope="module")
-def stack():
-    local = LocalStack(StackOptions(port=0, speech_port=0), progress=lambda line: None)
-    local.start()
-    yield local
-    local.stop()
 
 
 async def test_the_page_asks_and_schedules_the_answers_audio(stack):

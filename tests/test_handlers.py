@@ -248,11 +248,11 @@ def run_worker(adapters, job: dict) -> dict:
     from functions.handlers import worker
     from functions.wiring import use_adapters
 
-    use_adapters(adapters)
+    previous = use_adapters(adapters)
     try:
         return worker.handler(job, FakeLambdaContext())
     finally:
-        use_adapters(None)
+        use_adapters(previous)
 
 
 def accepted_job(adapters, name: str, **changes) -> dict:

@@ -23,14 +23,6 @@ from voicewire.turn_client import run_turn
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(scope="module")
-def stack():
-    local = LocalStack(StackOptions(port=0, speech_port=0), progress=lambda line: None)
-    local.start()
-    yield local
-    local.stop()
-
-
 def check_turn(result, mode):
     kinds = [event.kind for event in result.events]
     assert kinds[0] == "turn_start" and kinds[-1] == "turn_end"

@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> None:
         adapters.management_client_for = lambda url: poster
         adapters.lambda_client = invoker
         adapters.token_secret = lambda: args.token_secret
-        use_adapters(adapters)
+        previous = use_adapters(adapters)
         functions = LocalFunctions()
         try:
             for path, event in events:
@@ -116,4 +116,4 @@ def run(args: argparse.Namespace) -> None:
                         f"turn {payload['turn']} {payload['mode']} {payload['turn_id']}"
                     )
         finally:
-            use_adapters(None)
+            use_adapters(previous)

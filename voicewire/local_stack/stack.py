@@ -79,6 +79,7 @@ class LocalStack:
         self._servers: list[RunningServer] = []
         self._moto: Any = None
         self._speech_process: subprocess.Popen[str] | None = None
+        self._previous_adapters: Any = None
         self.functions: Any = None
 
     # --- addresses ------------------------------------------------------------------------
@@ -166,7 +167,9 @@ class LocalStack:
             speech_session=lambda: open_speech_session(self.speech_url),
             token_secret=lambda: self.token_secret,
         )
-        use_adapters(adapters)
+        # The handlers read one module-global, as in a Lambda container: this stack's adapters
+        # hold until it stops, then the ones before it come back (a stack started inside another).
+        self._previous_adapters = use_adapters(adapters)
         gateway = Gateway(
             GatewayFunctions(
                 connect=lambda event: self.functions.call("connect", event),
@@ -284,4 +287,5 @@ class LocalStack:
             except subprocess.TimeoutExpired:
                 self._speech_process.kill()
             self._speech_process = None
-        use_adapters(None)
+        use_adapters(self._previous_adapters)
+        self._previous_adapters = None
