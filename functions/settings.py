@@ -17,6 +17,10 @@ class Settings:
     callback_url: str | None  # @connections endpoint; default: from the event's domain and stage
     voices: frozenset[str] | None  # known voices, for validating requests early
     system_prompt: str
+    # Keep a speech session open between turns of one execution environment (see
+    # functions/adapters/speech_sessions.py for when a kept session is trusted again).
+    speech_session_reuse: bool = True
+    speech_session_max_idle_seconds: float = 55.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -34,5 +38,10 @@ class Settings:
             system_prompt=env.get(
                 "VOICEWIRE_SYSTEM_PROMPT",
                 "You are a helpful voice assistant. Answer in short spoken sentences.",
+            ),
+            speech_session_reuse=env.get("VOICEWIRE_SPEECH_SESSION_REUSE", "true").lower()
+            not in ("0", "false", "no", "off"),
+            speech_session_max_idle_seconds=float(
+                env.get("VOICEWIRE_SPEECH_SESSION_MAX_IDLE_SECONDS", "55")
             ),
         )

@@ -11,6 +11,10 @@ so the first sentence's audio reaches the client while the LLM is still writing:
 same LLM stream and engine, only the moment synthesis starts differs. ``run_speak`` synthesizes a
 given text.
 
+The speech session is handed over still opening (a future): the worker asks for it when the turn
+starts, so its set-up overlaps the LLM's first tokens; the turn waits for it only at its first
+sentence, and fails at once (``speech_failed``) if it cannot be opened.
+
 Cancellation (the cancel route, a new turn, a disconnect) arrives as ``cancelled`` being set. The
 consumer checks it before every post, so at most the frame being posted leaves after it; then the
 LLM stream and the speech requests are stopped and ``turn_end`` is the last frame of the turn.
@@ -90,11 +94,14 @@ class _Stop(Exception):
     """Raised inside the consumer when the turn is cancelled."""
 
 
+SpeechSource = SpeechSession | asyncio.Future[SpeechSession]
+
+
 @dataclass
 class TurnRunner:
     spec: TurnSpec
     relay: Relay
-    speech: SpeechSession
+    speech: SpeechSource  # an open session, or one still opening
     cancelled: asyncio.Event
     llm: ConverseStreamClient | None = None
     llm_request: dict[str, Any] | None = None  # ask: the converse_stream arguments
@@ -110,6 +117,14 @@ class TurnRunner:
         self._llm_result = LlmResult()
         self._llm_stop = threading.Event()
         self._request_ids: list[str] = []
+        self._session: SpeechSession | None = None
+
+    async def _speech(self) -> SpeechSession:
+        """The session, once open (raises its ``SpeechSessionError`` if it could not open)."""
+        if self._session is None:
+            speech = self.speech
+            self._session = speech if isinstance(speech, SpeechSession) else await speech
+        return self._session
 
     async def run(self) -> TurnOutcome:
         status: TurnStatus = "complete"
@@ -165,21 +180,34 @@ class TurnRunner:
     # --- the consumer: one queue, true arrival order ---------------------------------------
 
     async def _consume(self, events: AsyncIterator[BaseModel | bytes]) -> None:
-        """Post every event; stop at once when the turn is cancelled, even while waiting."""
+        """Post every event; stop at once when the turn is cancelled, even while waiting, and
+        fail at once if the speech session cannot be opened."""
 
         async def pump() -> None:
             async for event in events:
                 await self._post(event)
 
+        async def watch_speech() -> None:
+            await self._speech()  # raises if the session could not be opened
+            await asyncio.Event().wait()  # open: nothing more to watch
+
         pumping = asyncio.create_task(pump())
         stopping = asyncio.create_task(self.cancelled.wait())
-        await asyncio.wait({pumping, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        stopping.cancel()
+        watching = asyncio.create_task(watch_speech())
+        await asyncio.wait({pumping, stopping, watching}, return_when=asyncio.FIRST_COMPLETED)
+        speech_failure = (
+            watching.exception() if watching.done() and not watching.cancelled() else None
+        )
+        for task in (stopping, watching):
+            task.cancel()
+        await asyncio.gather(stopping, watching, return_exceptions=True)
         if pumping.done():
             pumping.result()  # re-raises what went wrong
             return
         pumping.cancel()
         await asyncio.gather(pumping, return_exceptions=True)
+        if speech_failure is not None:
+            raise speech_failure
         raise _Stop
 
     async def _post(self, event: BaseModel | bytes) -> None:
@@ -195,9 +223,9 @@ class TurnRunner:
         """Stop the LLM stream; unless the turn completed, drop the speech still queued, so the
         session closes at once instead of synthesizing audio nobody will receive."""
         self._llm_stop.set()
-        if cancel_speech and self._request_ids:
+        if cancel_speech and self._request_ids and self._session is not None:
             with contextlib.suppress(SpeechSessionError):
-                await self.speech.cancel()
+                await self._session.cancel()
 
     # --- producers ----------------------------------------------------------------------------
 
@@ -227,7 +255,7 @@ class TurnRunner:
 
         async def audio_task() -> None:
             while (request_id := await sent.get()) is not None:
-                async for event in self.speech.events(request_id):
+                async for event in (await self._speech()).events(request_id):
                     if isinstance(event, AudioChunk):
                         queue.put_nowait(event.pcm)
 
@@ -245,7 +273,7 @@ class TurnRunner:
         queue.put_nowait(Sentence(turn_id=self.spec.turn_id, index=index, text=sentence))
         # Only the first sentence needs the server's early first-clause cut: later ones are
         # synthesized while earlier audio plays, and whole sentences sound better.
-        request_id = await self.speech.send(
+        request_id = await (await self._speech()).send(
             sentence, voice=self.spec.voice, speed=self.spec.speed, fast_start=index == 0
         )
         self._request_ids.append(request_id)
@@ -273,9 +301,10 @@ class TurnRunner:
             yield pcm
 
     async def _synthesize(self, text: str) -> AsyncIterator[bytes]:
-        request_id = await self.speech.send(text, voice=self.spec.voice, speed=self.spec.speed)
+        speech = await self._speech()
+        request_id = await speech.send(text, voice=self.spec.voice, speed=self.spec.speed)
         self._request_ids.append(request_id)
-        async for event in self.speech.events(request_id):
+        async for event in speech.events(request_id):
             if isinstance(event, AudioChunk):
                 yield event.pcm
 

@@ -12,6 +12,7 @@ import boto3
 
 from functions.adapters.llm import ConverseStreamClient
 from functions.adapters.session_store import SessionStore
+from functions.adapters.speech_sessions import KeptSpeechSession, SessionPolicy
 from functions.settings import Settings
 from voicewire.speech_link import SpeechSession, open_speech_session
 
@@ -30,6 +31,16 @@ class Adapters:
     @cached_property
     def store(self) -> SessionStore:
         return SessionStore(self.dynamodb.Table(self.settings.table_name))
+
+    @cached_property
+    def speech_sessions(self) -> KeptSpeechSession:
+        """The worker's sessions: opened through ``speech_session`` (looked up at each open, so
+        it can be replaced), one kept warm between turns when the settings allow."""
+        policy = SessionPolicy(
+            keep_warm=self.settings.speech_session_reuse,
+            max_idle_seconds=self.settings.speech_session_max_idle_seconds,
+        )
+        return KeptSpeechSession(lambda: self.speech_session(), policy)
 
     def management_client(self, callback_url: str) -> Any:
         if callback_url not in self._management_clients:

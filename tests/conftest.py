@@ -98,12 +98,75 @@ def speech_server(onnx_engine: KokoroOnnxEngine) -> Iterator[RunningServer]:
     running.stop()
 
 
+# The local runtime checks that requests are signed, not by whom: any credentials do.
+LOCAL_CREDENTIALS = {
+    "aws_access_key_id": "local",
+    "aws_secret_access_key": "local",
+    "region_name": "us-east-1",
+}
+
+
+@dataclass
+class LocalRuntime:
+    """The local SageMaker runtime in front of a speech server, and how to reach it."""
+
+    running: object  # voicewire.local_stack.sagemaker_runtime.RunningRuntime
+    tls: object  # LocalTls
+
+    @property
+    def runtime(self):
+        return self.running.runtime
+
+    def transport(self, endpoint_name: str = "kokoro-82m", **options):
+        """The production transport, pointed at this runtime (only endpoint and CA differ)."""
+        import boto3
+
+        from voicewire.speech_link.sagemaker_transport import SageMakerTransport
+
+        options.setdefault("boto3_session", boto3.Session(**LOCAL_CREDENTIALS))
+        return SageMakerTransport(
+            endpoint_name,
+            region="us-east-1",
+            endpoint_uri=self.running.endpoint_url,
+            trusted_ca_file=self.tls.ca_file,
+            **options,
+        )
+
+    def session(self, endpoint_name: str = "kokoro-82m"):
+        from voicewire.speech_link import SpeechSession
+
+        return SpeechSession(self.transport(endpoint_name))
+
+
+def start_runtime_for(container_url: str, tmp_dir, **options) -> LocalRuntime:
+    from speech_server.server import bind_socket
+    from voicewire.local_stack.local_tls import LocalTls
+    from voicewire.local_stack.sagemaker_runtime import start_runtime
+
+    tls = LocalTls.create(tmp_dir)
+    running = start_runtime(
+        {"kokoro-82m": container_url}, bind_socket("127.0.0.1", 0), tls, **options
+    )
+    return LocalRuntime(running, tls)
+
+
+@pytest.fixture(scope="session")
+def sagemaker_runtime(speech_server, tmp_path_factory) -> Iterator[LocalRuntime]:
+    """SageMaker's front door and sidecar, locally, in front of the session's speech server."""
+    local = start_runtime_for(
+        speech_server.base_url.replace("http://", "ws://"), tmp_path_factory.mktemp("tls")
+    )
+    yield local
+    local.running.stop()
+
+
 @pytest.fixture(scope="module")
 def stack():
     """``voicewire up``'s topology in-process on free ports, one per test module."""
     from voicewire.local_stack.stack import LocalStack, StackOptions
 
-    local = LocalStack(StackOptions(port=0, speech_port=0), progress=lambda line: None)
+    options = StackOptions(port=0, speech_port=0, runtime_port=0)
+    local = LocalStack(options, progress=lambda line: None)
     local.start()
     yield local
     local.stop()

@@ -291,8 +291,8 @@ def test_worker_reports_an_unreachable_speech_service(adapters):
     adapters.speech_session = lambda: open_speech_session(f"ws://127.0.0.1:{free_port()}/x")
     assert run_worker(adapters, job) == {"status": "failed"}
     frames = posted(adapters)
-    assert [frame["type"] for frame in frames] == ["error", "turn_end"]
-    assert frames[0]["code"] == "speech_failed"
+    assert [frame["type"] for frame in frames] == ["turn_start", "error", "turn_end"]
+    assert frames[1]["code"] == "speech_failed"
     assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "failed"
 
 

@@ -236,7 +236,9 @@ def test_wscat_as_an_outside_client(stack):
 async def test_tokens_turn_the_authorizer_on():
     from websockets.exceptions import InvalidStatus
 
-    with LocalStack(StackOptions(port=0, speech_port=0, tokens=True), lambda line: None) as local:
+    with LocalStack(
+        StackOptions(port=0, speech_port=0, runtime_port=0, tokens=True), lambda line: None
+    ) as local:
         with pytest.raises(InvalidStatus) as refused:
             async with connect(local.ws_url):
                 pass
@@ -261,10 +263,10 @@ def test_voicewire_up_prints_its_urls_and_stops_on_ctrl_c(tmp_path):
 
     from conftest import free_port
 
-    port, speech_port = free_port(), free_port()
+    port, speech_port, runtime_port = free_port(), free_port(), free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "voicewire.cli", "up", "--port", str(port),
-         "--speech-port", str(speech_port)],
+         "--speech-port", str(speech_port), "--runtime-port", str(runtime_port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
         env={**__import__("os").environ, "VOICEWIRE_CACHE_DIR": str(tmp_path)},
     )  # fmt: skip
@@ -300,7 +302,7 @@ async def test_an_outside_dynamodb_endpoint_is_used():
     try:
         host, port = outside.get_host_and_port()
         endpoint = f"http://{host}:{port}"
-        options = StackOptions(port=0, speech_port=0, dynamodb_endpoint=endpoint)
+        options = StackOptions(port=0, speech_port=0, runtime_port=0, dynamodb_endpoint=endpoint)
         with LocalStack(options, lambda line: None) as local:
             assert local._moto is None  # no embedded DynamoDB was started
             result = await run_turn(local.ws_url, {"action": "speak", "text": "Stored."})

@@ -72,6 +72,13 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     up.add_argument(
         "--tokens", action="store_true", help="require a signed ?token= on connect (prints one)"
     )
+    up.add_argument(
+        "--speech-link",
+        choices=["sagemaker", "websocket"],
+        default="sagemaker",
+        help="sagemaker: the deployed path, the SDK's HTTP/2 client through the local SageMaker "
+        "runtime (default); websocket: straight to the speech server",
+    )
     add_stack_arguments(up)
 
     ask = commands.add_parser(
@@ -94,14 +101,33 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     demo.add_argument("--json", help="also write the figures to this file")
     demo.add_argument("--url", help="a running stack's WebSocket URL (default: start one)")
     demo.add_argument("--out-dir", default="demo-audio", help="where each mode's audio goes")
+    demo.add_argument(
+        "--speech-link",
+        type=speech_links,
+        default=("sagemaker",),
+        metavar="LINK[,LINK]",
+        help="sagemaker (default), websocket, or both to compare them side by side: "
+        "sagemaker,websocket (its own stack only)",
+    )
     add_stack_arguments(demo)
-    demo.set_defaults(speech_port=0)  # its own stack takes free ports, beside a running `up`
+    # Its own stack takes free ports, beside a running `up`.
+    demo.set_defaults(speech_port=0, runtime_port=0)
 
     replay = commands.add_parser(
         "replay", help="invoke the handler a sample event's route names (like sam local invoke)"
     )
     replay.add_argument("events", nargs="+", metavar="EVENT.json")
     replay.add_argument("--token-secret", default="voicewire-sample-secret-do-not-deploy")
+
+
+def speech_links(value: str) -> tuple[str, ...]:
+    links = tuple(link.strip() for link in value.split(",") if link.strip())
+    unknown = [link for link in links if link not in ("sagemaker", "websocket")]
+    if not links or unknown:
+        raise argparse.ArgumentTypeError(
+            f"expected sagemaker, websocket or both (comma-separated), not {value!r}"
+        )
+    return tuple(dict.fromkeys(links))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

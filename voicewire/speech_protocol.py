@@ -9,6 +9,7 @@ a binary frame, so a server must decode bytes as UTF-8)::
 
     {"text": "Hello there.", "voice": "jm_kumo", "speed": 1.0, "request_id": "r1"}
     {"type": "cancel", "request_id": "r1"}      # or no request_id: cancel everything pending
+    {"type": "ping", "request_id": "p1"}        # answered in turn by {"type": "pong", ...}
     {"type": "close"}
 
 Server -> client: a ``synthesis_start`` text frame, raw PCM s16le 24 kHz mono binary frames, a
@@ -99,7 +100,18 @@ class CloseMessage(BaseModel):
     type: Literal["close"]
 
 
-ClientMessage = SynthesisRequest | CancelMessage | CloseMessage
+class PingMessage(BaseModel):
+    """Answered in turn with a ``pong``: proves the whole path to the server (and, over
+    SageMaker, the front door and its sidecar) still carries messages both ways. A client checks
+    a kept-open session with it before reusing it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    type: Literal["ping"]
+    request_id: RequestId | None = None
+
+
+ClientMessage = SynthesisRequest | CancelMessage | PingMessage | CloseMessage
 
 
 # --- server -> client ------------------------------------------------------------------------
@@ -127,6 +139,11 @@ class SynthesisComplete(BaseModel):
     elapsed_ms: float
 
 
+class Pong(BaseModel):
+    type: Literal["pong"] = "pong"
+    request_id: str | None = None
+
+
 class ErrorFrame(BaseModel):
     type: Literal["error"] = "error"
     code: ErrorCode
@@ -134,7 +151,7 @@ class ErrorFrame(BaseModel):
     request_id: str | None = None
 
 
-ServerFrame = SynthesisStart | SynthesisComplete | ErrorFrame
+ServerFrame = SynthesisStart | SynthesisComplete | Pong | ErrorFrame
 
 
 def dump_frame(frame: BaseModel) -> str:
@@ -183,11 +200,13 @@ def parse_client_message(raw: str | bytes, voices: frozenset[str] | None = None)
     request_id = _request_id_of(body)
     if kind == "cancel":
         return _validate(CancelMessage, body, None, request_id)
+    if kind == "ping":
+        return _validate(PingMessage, body, None, request_id)
     if kind == "close":
         return _validate(CloseMessage, body, None, request_id)
     raise ProtocolError(
         ErrorCode.UNKNOWN_TYPE,
-        f"unknown message type {kind!r}; expected a text to speak, 'cancel' or 'close'",
+        f"unknown message type {kind!r}; expected a text to speak, 'cancel', 'ping' or 'close'",
         request_id,
     )
 

@@ -3,12 +3,14 @@
 Two tasks share a session. The *reader* receives every frame as soon as it arrives, so a
 ``cancel`` acts at once even while audio is flowing, and queues everything that needs an answer.
 The *answerer* takes that queue in order: for a text, ``synthesis_start``, the PCM frames, then
-``synthesis_complete``; for bad input, an ``error`` frame; for ``close``, close code 1000 once
-every earlier message is answered. Only the answerer sends, so frames never interleave.
+``synthesis_complete``; for bad input, an ``error`` frame; for a ``ping`` message, a ``pong``;
+for ``close``, close code 1000 once every earlier message is answered. Only the answerer sends,
+so frames never interleave.
 
-SageMaker hands the container each request part as a *binary* frame, so frames are read with
-``receive()`` and bytes decoded as UTF-8; ``receive_text()`` would fail on every request (the
-seed's first lesson). Pings are answered by the WebSocket protocol layer (uvicorn).
+SageMaker hands the container each request part as a text frame (``DataType`` UTF8) or a binary
+frame (BINARY, its default), so frames are read with ``receive()`` and bytes decoded as UTF-8;
+``receive_text()`` would fail on binary parts (the seed's first lesson). WebSocket pings are
+answered by the WebSocket protocol layer (uvicorn).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from voicewire.speech_protocol import (
     CompletionStatus,
     ErrorCode,
     ErrorFrame,
+    PingMessage,
+    Pong,
     ProtocolError,
     SynthesisRequest,
     SynthesisStart,
@@ -49,7 +53,7 @@ class PendingRequest:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-Answer = PendingRequest | ErrorFrame | CloseMessage
+Answer = PendingRequest | ErrorFrame | Pong | CloseMessage
 
 
 class BidiSession:
@@ -102,6 +106,8 @@ class BidiSession:
                     self._accept(message)
                 case CancelMessage():
                     self._cancel(message)
+                case PingMessage():
+                    self._answers.put_nowait(Pong(request_id=message.request_id))
                 case CloseMessage():
                     self._answers.put_nowait(message)
                     return "close"  # nothing after a close is read
@@ -154,7 +160,7 @@ class BidiSession:
         while True:
             answer = await self._answers.get()
             match answer:
-                case ErrorFrame():
+                case ErrorFrame() | Pong():
                     await self.websocket.send_text(dump_frame(answer))
                 case CloseMessage():
                     await self.websocket.close(code=1000)

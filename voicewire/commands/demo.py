@@ -1,4 +1,10 @@
-"""``voicewire demo``: the seed's comparison, bidi against batch, same prompt, same engine."""
+"""``voicewire demo``: the seed's comparison, bidi against batch, same prompt, same engine.
+
+With ``--speech-link sagemaker,websocket`` it also sets the deployed speech link (the SDK's
+HTTP/2 client through the local SageMaker runtime) beside a direct WebSocket, on one stack with
+the trials interleaved: per turn (first audio, total) and per chunk (a session's set-up, one
+message's round trip through the framing).
+"""
 
 from __future__ import annotations
 
@@ -36,8 +42,8 @@ def summarize(results: list[TurnResult]) -> dict[str, dict[str, float]]:
     return summary
 
 
-def print_table(mode: str, summary: dict[str, dict[str, float]], trials: int) -> None:
-    print(f"\n{mode} ({trials} trials)          median       min       max")
+def print_table(title: str, summary: dict[str, dict[str, float]], trials: int) -> None:
+    print(f"\n{title} ({trials} trials)".ljust(34) + "median       min       max")
     for label, key in FIGURES:
         if key in summary:
             row = summary[key]
@@ -47,9 +53,10 @@ def print_table(mode: str, summary: dict[str, dict[str, float]], trials: int) ->
 
 
 @contextlib.contextmanager
-def target(url: str | None, args: argparse.Namespace) -> Iterator[str]:
+def target(url: str | None, args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
+    """The WebSocket URL to use, and the stack behind it when the demo started its own."""
     if url:
-        yield url
+        yield url, None
         return
     from voicewire.commands.up import quiet_lambda_output, stack_options
     from voicewire.local_stack.stack import LocalStack
@@ -58,46 +65,107 @@ def target(url: str | None, args: argparse.Namespace) -> Iterator[str]:
     stack = LocalStack(stack_options(args, 0), progress=lambda line: print(line, flush=True))
     stack.start()
     try:
-        yield stack.ws_url
+        yield stack.ws_url, stack
     finally:
         stack.stop()
 
 
-async def run_trials(url: str, prompt: str, trials: int) -> dict[str, list[TurnResult]]:
-    results: dict[str, list[TurnResult]] = {mode: [] for mode in MODES}
+Results = dict[str, dict[str, list[TurnResult]]]  # link -> mode -> trials
+
+
+async def run_trials(
+    url: str, prompt: str, trials: int, links: tuple[str, ...], stack: Any
+) -> Results:
+    results: Results = {link: {mode: [] for mode in MODES} for link in links}
     for trial in range(trials):
-        for mode in MODES:  # interleaved, so drift affects both modes alike
-            result = await run_turn(url, {"action": "ask", "prompt": prompt, "mode": mode})
-            if result.status != "complete":
-                raise RuntimeError(
-                    f"{mode} trial {trial + 1} ended {result.status}: {result.errors}"
-                )
-            results[mode].append(result)
-            first_audio = result.end["timings"]["first_audio_ms"] if result.end else None
-            print(f"trial {trial + 1} {mode:<5} first audio {first_audio:.0f} ms", flush=True)
+        for link in links:  # interleaved, so drift affects every link and mode alike
+            if stack is not None and stack.options.speech_link != link:
+                await asyncio.to_thread(stack.use_speech_link, link)
+            for mode in MODES:
+                result = await run_turn(url, {"action": "ask", "prompt": prompt, "mode": mode})
+                if result.status != "complete":
+                    raise RuntimeError(
+                        f"{mode} trial {trial + 1} ended {result.status}: {result.errors}"
+                    )
+                results[link][mode].append(result)
+                first_audio = result.end["timings"]["first_audio_ms"] if result.end else None
+                label = f"{link} {mode}" if len(links) > 1 else mode
+                print(f"trial {trial + 1} {label:<15} first audio {first_audio:.0f} ms", flush=True)
     return results
 
 
 def run(args: argparse.Namespace) -> None:
     out_dir = Path(args.out_dir)
+    links: tuple[str, ...] = args.speech_link
+    if args.url and len(links) > 1:
+        sys.exit("voicewire demo: comparing speech links needs its own stack (leave out --url)")
     try:
-        with target(args.url, args) as url:
-            print(f"prompt: {args.prompt!r}; {args.trials} trials per mode against {url}")
-            results = asyncio.run(run_trials(url, args.prompt, args.trials))
+        with target(args.url, args) as (url, stack):
+            where = f"speech link {', '.join(links)}" if stack is not None else url
+            print(f"prompt: {args.prompt!r}; {args.trials} trials per mode ({where})")
+            results = asyncio.run(run_trials(url, args.prompt, args.trials, links, stack))
+            link_costs = _measure_links(stack, links) if len(links) > 1 else []
     except Exception as error:
         sys.exit(f"voicewire demo: {error}")
-    report: dict[str, Any] = {"prompt": args.prompt, "trials": args.trials, "modes": {}}
+    # The first link's figures at the top level (the single-link report); every link's under
+    # "links" when several are compared.
+    report: dict[str, Any] = {"prompt": args.prompt, "trials": args.trials}
     out_dir.mkdir(parents=True, exist_ok=True)
+    for link in links:
+        modes = {mode: summarize(results[link][mode]) for mode in MODES}
+        for mode in MODES:
+            title = f"{link}: {mode}" if len(links) > 1 else mode
+            print_table(title, modes[mode], args.trials)
+        bidi = modes["bidi"]["first_audio_ms"]["median"]
+        batch = modes["batch"]["first_audio_ms"]["median"]
+        figures = {
+            "speech_link": link if stack is not None else None,
+            "modes": modes,
+            "batch_over_bidi_first_audio": batch / bidi,
+        }
+        if link == links[0]:
+            report.update(figures)
+        if len(links) > 1:
+            report.setdefault("links", {})[link] = figures
+        prefix = f"{link}: " if len(links) > 1 else ""
+        print(
+            f"\n{prefix}first audio, batch / bidi: {batch / bidi:.2f}x "
+            "(the seed: 2.4x local, 3.5x deployed)"
+        )
+    if link_costs:
+        report["link_cost"] = {cost.link: cost.summary() for cost in link_costs}
+        _print_link_comparison(report, link_costs)
+    first = links[0]
     for mode in MODES:
-        summary = summarize(results[mode])
-        report["modes"][mode] = summary
-        print_table(mode, summary, args.trials)
-        results[mode][-1].write_wav(out_dir / f"{mode}.wav")
-    bidi = report["modes"]["bidi"]["first_audio_ms"]["median"]
-    batch = report["modes"]["batch"]["first_audio_ms"]["median"]
-    report["batch_over_bidi_first_audio"] = batch / bidi
-    print(f"\nfirst audio, batch / bidi: {batch / bidi:.2f}x (the seed: 2.4x local, 3.5x deployed)")
-    print(f"audio of the last trial of each mode: {out_dir}/bidi.wav, {out_dir}/batch.wav")
+        results[first][mode][-1].write_wav(out_dir / f"{mode}.wav")
+    print(f"audio of the last {first} trial of each mode: {out_dir}/bidi.wav, {out_dir}/batch.wav")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
         print(f"figures written to {args.json}")
+
+
+def _measure_links(stack: Any, links: tuple[str, ...]) -> list[Any]:
+    from voicewire.local_stack.link_cost import measure_links
+
+    print("\nmeasuring each speech link alone (sessions, pings, a one-clause text)...", flush=True)
+    return measure_links(stack, links)
+
+
+def _print_link_comparison(report: dict[str, Any], costs: list[Any]) -> None:
+    print("\nper turn (median first audio / total, ms)")
+    for link, data in report["links"].items():
+        bidi, batch = data["modes"]["bidi"], data["modes"]["batch"]
+        print(
+            f"  {link:<10} bidi {bidi['first_audio_ms']['median']:>6.0f} / "
+            f"{bidi['total_ms']['median']:>6.0f}   batch {batch['first_audio_ms']['median']:>6.0f}"
+            f" / {batch['total_ms']['median']:>6.0f}"
+        )
+    print("\nper session and per chunk (medians, ms)")
+    print("  link        open session   message round trip   one-clause first audio")
+    for cost in costs:
+        summary = cost.summary()
+        print(
+            f"  {cost.link:<10}{summary['open_ms']['median']:>14.1f}"
+            f"{summary['round_trip_ms']['median']:>21.1f}"
+            f"{summary['first_audio_ms']['median']:>25.1f}"
+        )

@@ -22,6 +22,12 @@ def quiet_lambda_output(verbose: bool) -> None:
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--speech-port", type=int, default=8080)
+    parser.add_argument(
+        "--runtime-port",
+        type=int,
+        default=8443,
+        help="the local SageMaker runtime's port (HTTPS, HTTP/2)",
+    )
     parser.add_argument("--bedrock-model-id", help="use real Bedrock (needs AWS credentials)")
     parser.add_argument("--dynamodb-endpoint", help="a DynamoDB endpoint instead of moto's")
     parser.add_argument("--engine", choices=["onnx", "torch"], default=None)
@@ -36,10 +42,28 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         host=args.host,
         port=port,
         speech_port=args.speech_port,
+        runtime_port=args.runtime_port,
+        speech_link=_first_link(getattr(args, "speech_link", "sagemaker")),
         bedrock_model_id=args.bedrock_model_id,
         dynamodb_endpoint=args.dynamodb_endpoint,
         tokens=getattr(args, "tokens", False),
         engine=EngineSettings.from_env(engine=args.engine, voice=args.voice),
+    )
+
+
+def _first_link(links: str | tuple[str, ...]) -> str:
+    return links if isinstance(links, str) else links[0]
+
+
+def _speech_line(stack: object) -> str:
+    from voicewire.local_stack.stack import ENDPOINT_NAME, LocalStack
+
+    assert isinstance(stack, LocalStack)
+    if stack.options.speech_link == "websocket":
+        return f"{stack.speech_url} (direct WebSocket)"
+    return (
+        f"SageMaker endpoint {ENDPOINT_NAME!r} at {stack.runtime_url} (HTTP/2, CA "
+        f"{stack.tls.ca_file}) -> container {stack.speech_url}"
     )
 
 
@@ -69,7 +93,7 @@ def run(args: argparse.Namespace) -> None:
         f"  page        {stack.base_url}/\n"
         f"  websocket   {stack.ws_url}{token}\n"
         f"  management  {stack.base_url}/@connections/{{connectionId}}\n"
-        f"  speech      {stack.speech_url}\n"
+        f"  speech      {_speech_line(stack)}\n"
         f"  llm         {llm}\n"
         f'\nTry: uv run voicewire ask "What is the release plan?"\n'
         "Ctrl-C stops everything.",

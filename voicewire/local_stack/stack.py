@@ -7,15 +7,17 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 import httpx
@@ -29,8 +31,14 @@ logger = logging.getLogger(__name__)
 REGION = "us-east-1"
 TABLE_NAME = "voicewire-sessions"
 WORKER_FUNCTION = "voicewire-worker"
+ENDPOINT_NAME = "kokoro-82m"  # the SageMaker endpoint the local runtime serves
 PAGE = Path(__file__).resolve().parents[2] / "web" / "index.html"
 LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
+
+# How the worker reaches the speech server: "sagemaker" is the deployed path (the SDK's HTTP/2
+# client through the local SageMaker runtime and its sidecar), "websocket" a direct connection.
+SpeechLink = Literal["sagemaker", "websocket"]
+SPEECH_LINKS: tuple[SpeechLink, ...] = ("sagemaker", "websocket")
 
 
 @dataclass
@@ -38,6 +46,9 @@ class StackOptions:
     host: str = "127.0.0.1"
     port: int = 8000
     speech_port: int = 8080
+    runtime_port: int = 8443  # the local SageMaker runtime (HTTPS, HTTP/2)
+    speech_link: SpeechLink = "sagemaker"
+    keep_speech_sessions: bool = True  # the worker keeps a session warm between turns
     bedrock_model_id: str | None = None  # None: the replay LLM
     dynamodb_endpoint: str | None = None  # None: an embedded moto server
     tokens: bool = False  # require a signed ?token= on connect (the authorizer runs)
@@ -80,6 +91,10 @@ class LocalStack:
         self._moto: Any = None
         self._speech_process: subprocess.Popen[str] | None = None
         self._previous_adapters: Any = None
+        self._runtime: Any = None
+        self._tls_dir: Path | None = None
+        self.tls: Any = None
+        self.adapters: Any = None
         self.functions: Any = None
 
     # --- addresses ------------------------------------------------------------------------
@@ -97,6 +112,11 @@ class LocalStack:
         return (
             f"ws://{self.options.host}:{self.options.speech_port}/invocations-bidirectional-stream"
         )
+
+    @property
+    def runtime_url(self) -> str:
+        """The local SageMaker runtime's endpoint URL (what the SDK's ``endpoint_uri`` is)."""
+        return self._runtime.endpoint_url if self._runtime is not None else ""
 
     def token(self, principal: str = "local-user") -> str:
         from functions.auth_tokens import mint_token
@@ -117,16 +137,23 @@ class LocalStack:
         # Ports first: a busy port is a one-line error before anything slow starts.
         gateway_socket = bind_socket(options.host, options.port)
         speech_socket = bind_socket(options.host, options.speech_port)
+        runtime_socket = bind_socket(options.host, options.runtime_port)
         # Port 0 means "any free port" (demo, tests): remember which one we got.
         options.port = gateway_socket.getsockname()[1]
         options.speech_port = speech_socket.getsockname()[1]
+        options.runtime_port = runtime_socket.getsockname()[1]
         try:
-            self._start(gateway_socket, speech_socket)
+            self._start(gateway_socket, speech_socket, runtime_socket)
         except BaseException:
             self.stop()
             raise
 
-    def _start(self, gateway_socket: socket.socket, speech_socket: socket.socket) -> None:
+    def _start(
+        self,
+        gateway_socket: socket.socket,
+        speech_socket: socket.socket,
+        runtime_socket: socket.socket,
+    ) -> None:
         options = self.options
         endpoint = options.dynamodb_endpoint or self._start_moto()
         dynamodb = boto3.resource(
@@ -137,23 +164,24 @@ class LocalStack:
         self.progress(f"speech server: loading Kokoro-82M ({options.engine.engine} engine)...")
         self._start_speech_server(speech_socket)
         voices = self._wait_for_speech()
+        self._start_runtime(runtime_socket)
 
         from functions.settings import Settings
         from functions.wiring import Adapters, use_adapters
         from voicewire.local_stack.gateway import Gateway, GatewayFunctions
         from voicewire.local_stack.lambdas import LocalFunctions, LocalLambdaClient
-        from voicewire.speech_link import open_speech_session
 
         settings = Settings(
             table_name=TABLE_NAME,
             worker_function=WORKER_FUNCTION,
-            speech_target=self.speech_url,
+            speech_target=ENDPOINT_NAME if options.speech_link == "sagemaker" else self.speech_url,
             llm="bedrock" if options.bedrock_model_id else "replay",
             bedrock_model_id=options.bedrock_model_id or "replay",
             token_secret_parameter=None,
             callback_url=self.base_url,
             voices=voices,
             system_prompt="You are a helpful voice assistant. Answer in short spoken sentences.",
+            speech_session_reuse=options.keep_speech_sessions,
         )
         self.functions = LocalFunctions()
         adapters = Adapters(
@@ -164,9 +192,10 @@ class LocalStack:
                 "apigatewaymanagementapi", endpoint_url=url, region_name=REGION, **LOCAL_CREDENTIALS
             ),
             llm_client=self._llm_client,
-            speech_session=lambda: open_speech_session(self.speech_url),
+            speech_session=self.speech_session_factory(options.speech_link),
             token_secret=lambda: self.token_secret,
         )
+        self.adapters = adapters
         # The handlers read one module-global, as in a Lambda container: this stack's adapters
         # hold until it stops, then the ones before it come back (a stack started inside another).
         self._previous_adapters = use_adapters(adapters)
@@ -187,6 +216,51 @@ class LocalStack:
         self._servers.append(
             serve_in_thread(gateway.app(), gateway_socket, "gateway", ws_max_size=128 * 1024)
         )
+
+    def _start_runtime(self, reserved: socket.socket) -> None:
+        """SageMaker's front door and sidecar, in front of the speech server."""
+        from voicewire.local_stack.local_tls import LocalTls
+        from voicewire.local_stack.sagemaker_runtime import start_runtime
+
+        self._tls_dir = Path(tempfile.mkdtemp(prefix="voicewire-tls-"))
+        self.tls = LocalTls.create(self._tls_dir)
+        container = f"ws://{self.options.host}:{self.options.speech_port}"
+        self._runtime = start_runtime({ENDPOINT_NAME: container}, reserved, self.tls)
+
+    def speech_session_factory(self, link: SpeechLink) -> Callable[[], Any]:
+        """How the worker opens a speech session over ``link``."""
+        from voicewire.speech_link import open_speech_session
+
+        if link == "websocket":
+            return lambda: open_speech_session(self.speech_url)
+        # The production client, pointed at the local runtime; the runtime checks that a
+        # signature is there, so any credentials do.
+        local = boto3.Session(region_name=REGION, **LOCAL_CREDENTIALS)
+        return lambda: open_speech_session(
+            ENDPOINT_NAME,
+            region=REGION,
+            endpoint_uri=self.runtime_url,
+            trusted_ca_file=self.tls.ca_file,
+            boto3_session=local,
+        )
+
+    def use_speech_link(self, link: SpeechLink) -> None:
+        """Switch the worker's speech link (``voicewire demo`` compares them on one stack)."""
+        self.options.speech_link = link
+        self._drop_kept_sessions()
+        self.adapters.speech_session = self.speech_session_factory(link)
+
+    def _drop_kept_sessions(self) -> None:
+        if self.adapters is None:
+            return
+        from functions.environment_loop import run_in_environment
+
+        with contextlib.suppress(Exception):
+            run_in_environment(self.adapters.speech_sessions.close())
+
+    @property
+    def runtime_counters(self) -> Any:
+        return self._runtime.runtime.counters
 
     def _start_speech_server(self, reserved: socket.socket) -> None:
         """The container's app in its own process, as on AWS: the model's threads and the
@@ -274,9 +348,16 @@ class LocalStack:
 
         if self.functions is not None:
             self.functions.wait(10)
+        self._drop_kept_sessions()
         for server in reversed(self._servers):
             server.stop()
         self._servers.clear()
+        if self._runtime is not None:
+            self._runtime.stop()
+            self._runtime = None
+        if self._tls_dir is not None:
+            shutil.rmtree(self._tls_dir, ignore_errors=True)
+            self._tls_dir = None
         if self._moto is not None:
             self._moto.stop()
             self._moto = None
@@ -289,3 +370,4 @@ class LocalStack:
             self._speech_process = None
         use_adapters(self._previous_adapters)
         self._previous_adapters = None
+        self.adapters = None

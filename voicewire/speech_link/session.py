@@ -13,10 +13,12 @@ import contextlib
 import itertools
 import json
 import logging
+import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Self
 
 from voicewire.control_frame import decode_control_frame
@@ -24,6 +26,8 @@ from voicewire.speech_link.errors import SpeechServerError, SpeechSessionError, 
 from voicewire.speech_link.transport import SpeechTransport
 
 logger = logging.getLogger(__name__)
+
+END_GRACE_SECONDS = 2.0  # once the input has ended, how long the server may take to end the stream
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,25 @@ class SpeechSession:
         self._closing = False
         self._prefix = uuid.uuid4().hex[:8]
         self._numbers = itertools.count(1)
+        self._outstanding: set[str] = set()  # texts sent and not yet completed or refused
+        self._answered = asyncio.Event()  # set while nothing is outstanding
+        self._answered.set()
+        self._pings: dict[str, asyncio.Future[None]] = {}
+        self.open_ms: float | None = None  # how long ``open`` took: the session's set-up cost
+
+    @property
+    def target(self) -> str:
+        return self._transport.target
+
+    @property
+    def is_open(self) -> bool:
+        """Opened, not closing, and its stream has not ended or failed (as far as it knows)."""
+        return self._reading and not self._closing
+
+    @property
+    def idle(self) -> bool:
+        """No text is waiting for its answer: the session can be handed to someone else."""
+        return not self._outstanding
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -75,7 +98,9 @@ class SpeechSession:
         await self.close()
 
     async def open(self) -> None:
+        started = time.perf_counter()
         await self._transport.connect()
+        self.open_ms = round((time.perf_counter() - started) * 1000, 1)
         self._reader = asyncio.create_task(self._read(), name="speech-session-reader")
 
     async def send(
@@ -100,6 +125,8 @@ class SpeechSession:
             message["fast_start"] = fast_start
         self._queues[request_id] = asyncio.Queue()
         self._unstarted.append(request_id)
+        self._outstanding.add(request_id)
+        self._answered.clear()
         await self._transport.send_message(json.dumps(message).encode())
         return request_id
 
@@ -141,26 +168,77 @@ class SpeechSession:
             message["request_id"] = request_id
         await self._transport.send_message(json.dumps(message).encode())
 
+    async def ping(self, within: float = 2.0) -> float:
+        """Send a ``ping`` and wait for its ``pong``; returns the round trip in milliseconds.
+
+        Answers come in order, so on a busy session the pong waits for the answers before it.
+        Raises ``SpeechStreamError("ping_timeout")`` when none comes in time, or the stream's
+        own error when it has failed.
+        """
+        if self._failure is not None:
+            raise self._failure
+        ping_id = f"{self._prefix}-ping-{next(self._numbers)}"
+        answered = asyncio.get_running_loop().create_future()
+        self._pings[ping_id] = answered
+        started = time.perf_counter()
+        try:
+            message = json.dumps({"type": "ping", "request_id": ping_id}).encode()
+            await self._transport.send_message(message)
+            async with asyncio.timeout(within):
+                await answered
+        except TimeoutError:
+            raise SpeechStreamError(
+                "ping_timeout", f"no pong from {self.target} within {within:g} s"
+            ) from None
+        finally:
+            self._pings.pop(ping_id, None)
+        return round((time.perf_counter() - started) * 1000, 1)
+
+    async def wait_ended(self) -> None:
+        """Wait until the stream has ended: the server closed it, or it failed."""
+        if self._reader is not None:
+            await asyncio.shield(self._reader)
+
     async def close(self) -> None:
-        """Send ``close``, let the server answer what is pending, and end the stream."""
+        """Let the server answer every text sent, then end the stream.
+
+        The session does not send ``close`` and wait for the server to end the stream: over
+        SageMaker, the CRT client cannot end its input once the response has ended (its writer
+        fails), and ending the input while answers are on their way drops them. So the input
+        is ended only once nothing is outstanding; SageMaker then closes the container's side.
+        """
         if self._closing:
             return
         self._closing = True
         try:
-            if self._failure is None:
-                with contextlib.suppress(SpeechSessionError):
-                    await self._transport.send_message(b'{"type": "close"}')
-            await self._transport.close()
-            if self._reader is not None:
-                await asyncio.wait_for(asyncio.shield(self._reader), self._close_timeout)
+            if self._reading:
+                await asyncio.wait_for(self._answered.wait(), self._close_timeout)
         except TimeoutError:
-            logger.warning("speech session did not close within %.0f s", self._close_timeout)
+            logger.warning(
+                "speech session closed with answers pending after %.0f s", self._close_timeout
+            )
         finally:
-            if self._reader is not None:
-                self._reader.cancel()
-            abort = getattr(self._transport, "abort", None)
-            if abort is not None:
-                await abort()
+            await self._transport.close()
+            await self._stop_reader(wait=END_GRACE_SECONDS)
+
+    async def abort(self) -> None:
+        """End the session now, without waiting for answers (pending requests fail)."""
+        self._closing = True
+        await self._stop_reader(wait=0)
+        await self._transport.close()
+
+    @property
+    def _reading(self) -> bool:
+        return self._reader is not None and not self._reader.done() and self._failure is None
+
+    async def _stop_reader(self, wait: float) -> None:
+        if self._reader is None or self._reader.done():
+            return
+        if wait:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._reader), wait)
+        self._reader.cancel()
+        await asyncio.gather(self._reader, return_exceptions=True)
 
     # --- the reader --------------------------------------------------------------------------
 
@@ -171,12 +249,24 @@ class SpeechSession:
             failure = SpeechStreamError("connection_closed", "the speech server ended the session")
         except SpeechSessionError as error:
             failure = error
-        if self._queues and not (self._closing and failure.code == "connection_closed"):
-            self._failure = failure
+        except asyncio.CancelledError:
+            failure = SpeechStreamError("connection_closed", "the session was closed")
+            self._fail_waiting(failure)
+            raise
+        if not (self._closing and failure.code == "connection_closed"):
+            self._failure = failure  # nothing more can be sent on this session
+        self._fail_waiting(failure)
+
+    def _fail_waiting(self, failure: SpeechSessionError) -> None:
+        self._outstanding.clear()
+        self._answered.set()
         for request_id in list(self._queues):
             self._queues[request_id].put_nowait(
                 SpeechStreamError(failure.code, failure.message, request_id)
             )
+        for answered in self._pings.values():
+            if not answered.done():
+                answered.set_exception(SpeechStreamError(failure.code, failure.message))
 
     def _route(self, frame: str | bytes) -> None:
         if isinstance(frame, str):
@@ -206,6 +296,7 @@ class SpeechSession:
             case "synthesis_complete":
                 request_id = str(control.get("request_id"))
                 self._current = None
+                self._answer(request_id)
                 self._deliver(
                     request_id,
                     SynthesisCompleted(
@@ -223,10 +314,20 @@ class SpeechSession:
                     request_id = self._unstarted[0]
                 if request_id is not None:
                     _discard(self._unstarted, request_id)
+                    self._answer(request_id)
                 code, message = str(control.get("code")), str(control.get("message"))
                 self._deliver(request_id, SpeechServerError(code, message, request_id))
+            case "pong":
+                answered = self._pings.get(str(control.get("request_id")))
+                if answered is not None and not answered.done():
+                    answered.set_result(None)
             case other:
                 logger.warning("ignoring an unknown control frame type %r", other)
+
+    def _answer(self, request_id: str) -> None:
+        self._outstanding.discard(request_id)
+        if not self._outstanding:
+            self._answered.set()
 
     def _deliver(self, request_id: str | None, item: _Item) -> None:
         queue = self._queues.get(request_id) if request_id is not None else None
@@ -247,12 +348,29 @@ def _discard(pending: deque[str], request_id: str) -> None:
         pending.remove(request_id)
 
 
-def open_speech_session(target: str, *, region: str | None = None) -> SpeechSession:
-    """A session (not yet open; use ``async with``) for a ``ws://`` URL or a SageMaker endpoint."""
+def open_speech_session(
+    target: str,
+    *,
+    region: str | None = None,
+    endpoint_uri: str | None = None,
+    trusted_ca_file: Path | None = None,
+    boto3_session: Any = None,
+) -> SpeechSession:
+    """A session (not yet open; use ``async with``) for a ``ws://`` URL or a SageMaker endpoint
+    name (``sagemaker:NAME`` or a bare name). ``endpoint_uri`` and ``trusted_ca_file`` send the
+    SageMaker client to the local SageMaker runtime instead of AWS; ``boto3_session`` (a
+    ``boto3.Session``) gives its credentials (default: boto3's standard chain)."""
     if target.startswith(("ws://", "wss://")):
         from voicewire.speech_link.websocket_transport import WebSocketTransport
 
         return SpeechSession(WebSocketTransport(target))
     from voicewire.speech_link.sagemaker_transport import SageMakerTransport
 
-    return SpeechSession(SageMakerTransport(target.removeprefix("sagemaker:"), region=region))
+    transport = SageMakerTransport(
+        target.removeprefix("sagemaker:"),
+        region=region,
+        endpoint_uri=endpoint_uri,
+        trusted_ca_file=trusted_ca_file,
+        boto3_session=boto3_session,
+    )
+    return SpeechSession(transport)

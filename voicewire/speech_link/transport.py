@@ -6,7 +6,14 @@ from typing import Protocol
 
 
 class SpeechTransport(Protocol):
-    async def connect(self) -> None: ...
+    @property
+    def target(self) -> str:
+        """What this transport connects to, for messages (a URL, an endpoint name)."""
+        ...
+
+    async def connect(self) -> None:
+        """Open the stream; raises ``SpeechStreamError("connect_failed")`` when it cannot."""
+        ...
 
     async def send_message(self, payload: bytes) -> None:
         """Send one JSON message (UTF-8)."""
@@ -19,5 +26,6 @@ class SpeechTransport(Protocol):
         ...
 
     async def close(self) -> None:
-        """Stop sending; the receiving side drains until ``receive`` returns ``None``."""
+        """End the stream and release the connection. The session calls it once the server has
+        ended the stream, or to give up; it must be safe to call more than once."""
         ...

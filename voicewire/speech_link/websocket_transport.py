@@ -16,6 +16,10 @@ class WebSocketTransport:
         self.open_timeout = open_timeout
         self._connection: ClientConnection | None = None
 
+    @property
+    def target(self) -> str:
+        return self.url
+
     async def connect(self) -> None:
         try:
             self._connection = await connect(
@@ -40,12 +44,10 @@ class WebSocketTransport:
             raise SpeechStreamError("connection_closed", str(error)) from error
 
     async def close(self) -> None:
-        """Nothing to do: the server closes after answering ``{"type": "close"}``."""
-
-    async def abort(self) -> None:
-        if self._connection is not None:
-            with contextlib.suppress(Exception):
-                await self._connection.close()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with contextlib.suppress(Exception):  # already closed by the server: nothing to do
+                await connection.close()
 
     @property
     def _open(self) -> ClientConnection:

@@ -1,0 +1,535 @@
+"""SageMaker's bidirectional-streaming front door, on this machine.
+
+On AWS the worker's speech session goes through ``aws-sdk-sagemaker-runtime-http2`` (CRT
+transport, HTTP/2 over TLS, SigV4, AWS event-stream framing) to
+``https://runtime.sagemaker.{region}.amazonaws.com:8443``, and a sidecar in the endpoint relays
+it to the container's WebSocket. This module is that front door and its sidecar, so the exact
+deployed code path runs locally (``voicewire up --speech-link sagemaker``) and in tests:
+
+- ``POST /endpoints/{EndpointName}/invocations-bidirectional-stream`` over HTTP/2 (TLS with the
+  stack's own CA, ALPN ``h2`` only), ``x-amzn-sagemaker-model-invocation-path`` and
+  ``...-model-query-string`` honoured as SageMaker does;
+- a SigV4 ``Authorization`` header scoped to the ``sagemaker`` service must be there (403
+  otherwise), and every request event must carry the event signature headers (``:date``,
+  ``:chunk-signature``): signatures are checked for presence, not recomputed;
+- each ``RequestPayloadPart`` goes to the container as one WebSocket frame (text for
+  ``DataType`` UTF8, binary otherwise; fragments are passed as they are, never joined);
+- each container frame comes back as a ``ResponsePayloadPart`` (UTF8 for text frames, BINARY
+  for binary ones), optionally cut into ``PARTIAL`` parts of at most ``fragment_bytes``;
+- the container closing with 1000 ends the response stream; closing any other way, or failing,
+  is a ``ModelStreamError`` event; the front door's own failures (an unreadable or unsigned
+  request event) are an ``InternalStreamFailure`` event; errors before the stream opens are
+  HTTP errors with ``x-amzn-errortype`` (403, 400 ``InputValidationError``, 424 ``ModelError``);
+- the client ending its input stream ends the session at once, dropping answers still on their
+  way (what SageMaker does: a client must keep its input open until the output is drained).
+
+Libraries rather than parsers of our own: hypercorn (HTTP/2 server, ASGI), botocore's
+``EventStreamBuffer`` (decoding, with CRC checks) and ``smithy_aws_event_stream``'s
+``EventMessage`` (encoding), websockets (the sidecar's client).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import json
+import logging
+import re
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from botocore.eventstream import EventStreamBuffer, EventStreamMessage, ParserError
+from hypercorn.asyncio import serve
+from hypercorn.config import Config
+from smithy_aws_event_stream.events import EventMessage
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from voicewire.local_stack.local_tls import LocalTls
+
+logger = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+ROUTE = re.compile(r"^/endpoints/(?P<name>[^/]+)/invocations-bidirectional-stream$")
+DEFAULT_INVOCATION_PATH = "invocations-bidirectional-stream"
+VARIANT = "AllTraffic"
+ACCOUNT = "000000000000"
+EVENT_STREAM = "application/vnd.amazon.eventstream"
+SIGNED_EVENTS = "STREAMING-AWS4-HMAC-SHA256-EVENTS"
+# AWS4-HMAC-SHA256 Credential=KEY/20261130/us-east-1/sagemaker/aws4_request, SignedHeaders=..., ...
+AUTHORIZATION = re.compile(
+    r"^AWS4-HMAC-SHA256 Credential=[^/\s]+/\d{8}/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request,"
+    r"\s*SignedHeaders=[^,]+,\s*Signature=[0-9a-f]{64}$"
+)
+# SageMaker pings the container every 60 s and gives up after 5 missed pongs.
+CONTAINER_PING_INTERVAL = 60.0
+CONTAINER_PING_TIMEOUT = 300.0
+# How long an ended stream waits for the client to end its input before letting go.
+INPUT_DRAIN_SECONDS = 10.0
+
+
+@dataclass
+class StreamFault:
+    """A failure to inject into the next stream (tests): after ``after_parts`` response parts,
+    a ``ModelStreamError`` (``kind="model"``) or an ``InternalStreamFailure``."""
+
+    after_parts: int
+    kind: Literal["model", "internal"]
+
+
+@dataclass
+class RuntimeCounters:
+    streams_opened: int = 0  # streams that reached a container
+    streams_refused: int = 0  # answered with an HTTP error
+    request_parts: int = 0
+    response_parts: int = 0
+
+
+class _Ended(enum.Enum):
+    CONTAINER_CLOSED = "the container closed the session"
+    INPUT_ENDED = "the client ended its input stream"
+    CLIENT_GONE = "the client went away"
+
+
+class _StreamFailure(Exception):
+    def __init__(self, kind: Literal["model", "internal"], message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class _HttpError(Exception):
+    def __init__(self, status: int, error_type: str, body: dict[str, Any]) -> None:
+        super().__init__(f"{status} {error_type}")
+        self.status, self.error_type, self.body = status, error_type, body
+
+
+@dataclass
+class LocalSageMakerRuntime:
+    """The ASGI app of the local front door. ``endpoints`` maps an endpoint name to its
+    container's base WebSocket URL (``ws://127.0.0.1:8080``)."""
+
+    endpoints: Mapping[str, str]
+    fragment_bytes: int | None = None  # cut larger container frames into PARTIAL parts
+    counters: RuntimeCounters = field(default_factory=RuntimeCounters)
+    _faults: list[StreamFault] = field(default_factory=list)
+
+    def fail_next_stream(self, fault: StreamFault) -> None:
+        self._faults.append(fault)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        try:
+            container_url = self._check_request(scope)
+            container = await self._open_container(container_url)
+        except _HttpError as error:
+            self.counters.streams_refused += 1
+            logger.info("refused %s: %s %s", scope["path"], error.status, error.error_type)
+            await _send_http_error(send, error)
+            return
+        self.counters.streams_opened += 1
+        fault = self._faults.pop(0) if self._faults else None
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", EVENT_STREAM.encode()),
+                    (b"x-amzn-invoked-production-variant", VARIANT.encode()),
+                    (b"x-amzn-requestid", str(uuid.uuid4()).encode()),
+                ],
+            }
+        )
+        await _Relay(self, receive, send, container, fault).run()
+
+    # --- before the stream opens ----------------------------------------------------------
+
+    def _check_request(self, scope: Scope) -> str:
+        match = ROUTE.match(scope["path"])
+        if match is None:
+            raise _HttpError(404, "UnknownOperationException", {"message": "no such operation"})
+        if scope["method"] != "POST":
+            raise _HttpError(405, "MethodNotAllowedException", {"message": "use POST"})
+        if scope.get("http_version") != "2":
+            raise _HttpError(
+                400, "InputValidationError", {"Message": "this API is served over HTTP/2 only"}
+            )
+        headers = {name.decode().lower(): value.decode() for name, value in scope["headers"]}
+        _check_signature(headers)
+        if not headers.get("content-type", "").startswith(EVENT_STREAM):
+            raise _HttpError(
+                400,
+                "InputValidationError",
+                {"Message": f"the request body must be {EVENT_STREAM}"},
+            )
+        name = match["name"]
+        base_url = self.endpoints.get(name)
+        if base_url is None:
+            raise _HttpError(
+                400,
+                "InputValidationError",
+                {
+                    "Message": f"Endpoint {name} of account {ACCOUNT} not found.",
+                    "ErrorCode": "ValidationError",
+                },
+            )
+        variant = headers.get("x-amzn-sagemaker-target-variant")
+        if variant not in (None, VARIANT):
+            raise _HttpError(
+                400,
+                "InputValidationError",
+                {"Message": f"Endpoint {name} has no production variant {variant}."},
+            )
+        path = headers.get("x-amzn-sagemaker-model-invocation-path", DEFAULT_INVOCATION_PATH)
+        query = headers.get("x-amzn-sagemaker-model-query-string")
+        return f"{base_url.rstrip('/')}/{path.lstrip('/')}" + (f"?{query}" if query else "")
+
+    async def _open_container(self, url: str) -> ClientConnection:
+        """The sidecar's WebSocket to the container."""
+        try:
+            return await connect(
+                url,
+                max_size=None,
+                compression=None,
+                open_timeout=10,
+                ping_interval=CONTAINER_PING_INTERVAL,
+                ping_timeout=CONTAINER_PING_TIMEOUT,
+            )
+        except InvalidStatus as error:
+            status = error.response.status_code
+            raise _HttpError(
+                424,
+                "ModelError",
+                {
+                    "Message": f"the model container refused the stream (HTTP {status})",
+                    "OriginalStatusCode": status,
+                    "OriginalMessage": error.response.body.decode("utf-8", "replace")[:500],
+                    "ErrorCode": "ModelError",
+                },
+            ) from error
+        except (OSError, InvalidHandshake, TimeoutError) as error:
+            raise _HttpError(
+                424,
+                "ModelError",
+                {
+                    "Message": f"the model container did not accept the stream: {error}",
+                    "ErrorCode": "ModelError",
+                },
+            ) from error
+
+
+class _Relay:
+    """One open stream: client events up to the container, container frames back down."""
+
+    def __init__(
+        self,
+        runtime: LocalSageMakerRuntime,
+        receive: Receive,
+        send: Send,
+        container: ClientConnection,
+        fault: StreamFault | None,
+    ) -> None:
+        self.runtime, self.receive, self.send = runtime, receive, send
+        self.container, self.fault = container, fault
+        self.counters = runtime.counters
+        self._body_ended = False  # the client's END_STREAM has been read
+        self._parts_sent = 0  # response parts of this stream (for an injected fault)
+
+    async def run(self) -> None:
+        upstream = asyncio.create_task(self._upstream(), name="runtime-upstream")
+        downstream = asyncio.create_task(self._downstream(), name="runtime-downstream")
+        done, _ = await asyncio.wait({upstream, downstream}, return_when=asyncio.FIRST_COMPLETED)
+        finished = downstream if downstream in done else upstream
+        for task in (upstream, downstream):
+            if task is not finished:
+                task.cancel()
+        results = await asyncio.gather(upstream, downstream, return_exceptions=True)
+        outcome = results[1] if finished is downstream else results[0]
+        # SageMaker ends the container's session whichever side ended first.
+        with contextlib.suppress(Exception):
+            await self.container.close(1000, "stream ended")
+        if outcome is _Ended.CLIENT_GONE:
+            return
+        try:
+            if isinstance(outcome, _StreamFailure):
+                await self._send_failure(outcome)
+            elif isinstance(outcome, BaseException) and not isinstance(
+                outcome, asyncio.CancelledError
+            ):
+                logger.exception("local SageMaker runtime failed", exc_info=outcome)
+                await self._send_failure(_StreamFailure("internal", "the stream failed"))
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:  # the client left while we were ending: nothing more to tell it
+            logger.debug("client gone before the stream ended")
+            return
+        await self._drain_input()
+
+    async def _drain_input(self) -> None:
+        """Read the request body to its end before returning: hypercorn forgets a stream once
+        its app returns, and a DATA frame arriving after that (the client's END_STREAM, which
+        follows the signed empty event) breaks the whole HTTP/2 connection. Parts that arrive
+        now have nowhere to go."""
+        if self._body_ended:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(INPUT_DRAIN_SECONDS):
+                while True:
+                    message = await self.receive()
+                    if message["type"] == "http.disconnect" or not message.get("more_body"):
+                        return
+
+    async def _upstream(self) -> _Ended:
+        """Decode the request's signed events; forward each payload part to the container."""
+        buffer = EventStreamBuffer()
+        while True:
+            message = await self.receive()
+            if message["type"] == "http.disconnect":
+                self._body_ended = True
+                return _Ended.CLIENT_GONE
+            buffer.add_data(message.get("body", b""))
+            try:
+                for envelope in buffer:
+                    inner = _unwrap_signed(envelope)
+                    if inner is None:
+                        return _Ended.INPUT_ENDED  # the signed empty frame ends the input
+                    await self._forward(inner)
+            except ParserError as error:
+                raise _StreamFailure("internal", f"unreadable request event: {error}") from None
+            if not message.get("more_body", False):
+                self._body_ended = True
+                return _Ended.INPUT_ENDED
+
+    async def _forward(self, event: EventStreamMessage) -> None:
+        headers = event.headers
+        if headers.get(":message-type") != "event" or headers.get(":event-type") != "PayloadPart":
+            raise _StreamFailure("internal", f"unexpected request event {headers!r}")
+        self.counters.request_parts += 1
+        payload = bytes(event.payload)
+        # DataType absent means BINARY, as on SageMaker.
+        if headers.get("DataType") == "UTF8":
+            try:
+                text = payload.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _StreamFailure("internal", "a UTF8 payload part is not UTF-8") from None
+            await self.container.send(text)
+        else:
+            await self.container.send(payload)
+
+    async def _downstream(self) -> _Ended:
+        """Every container frame back as a ResponsePayloadPart event, in order."""
+        while True:
+            try:
+                frame = await self.container.recv()
+            except ConnectionClosed as closed:
+                code = closed.rcvd.code if closed.rcvd is not None else 1006
+                if code == 1000:
+                    return _Ended.CONTAINER_CLOSED
+                reason = closed.rcvd.reason if closed.rcvd is not None else "no close frame"
+                raise _StreamFailure(
+                    "model", f"the model container closed the stream ({code}: {reason})"
+                ) from None
+            if self.fault is not None and self._parts_sent >= self.fault.after_parts:
+                fault, self.fault = self.fault, None
+                raise _StreamFailure(fault.kind, f"injected {fault.kind} stream failure")
+            text = isinstance(frame, str)
+            data = frame.encode("utf-8") if isinstance(frame, str) else frame
+            for piece, complete in _pieces(data, self.runtime.fragment_bytes):
+                headers: dict[str, Any] = {
+                    ":message-type": "event",
+                    ":event-type": "PayloadPart",
+                    ":content-type": "application/octet-stream",
+                    "DataType": "UTF8" if text else "BINARY",
+                }
+                if not complete:
+                    headers["CompletionState"] = "PARTIAL"
+                await self._send_event(EventMessage(headers=headers, payload=piece))
+            self._parts_sent += 1
+            self.counters.response_parts += 1
+
+    async def _send_failure(self, failure: _StreamFailure) -> None:
+        if failure.kind == "model":
+            body = {"Message": failure.message, "ErrorCode": "ModelStreamError"}
+            exception_type = "ModelStreamError"
+        else:
+            body = {"Message": failure.message}
+            exception_type = "InternalStreamFailure"
+        await self._send_event(
+            EventMessage(
+                headers={
+                    ":message-type": "exception",
+                    ":exception-type": exception_type,
+                    ":content-type": "application/json",
+                },
+                payload=json.dumps(body).encode(),
+            )
+        )
+
+    async def _send_event(self, event: EventMessage) -> None:
+        await self.send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+
+
+def _check_signature(headers: dict[str, str]) -> None:
+    authorization = headers.get("authorization")
+    if not authorization:
+        raise _HttpError(
+            403, "MissingAuthenticationTokenException", {"message": "Missing Authentication Token"}
+        )
+    match = AUTHORIZATION.match(authorization)
+    if match is None:
+        raise _HttpError(
+            403,
+            "IncompleteSignatureException",
+            {"message": "Authorization header is not a SigV4 signature"},
+        )
+    if match["service"] != "sagemaker":
+        raise _HttpError(
+            403,
+            "InvalidSignatureException",
+            {"message": "Credential should be scoped to correct service: 'sagemaker'."},
+        )
+    if headers.get("x-amz-content-sha256") != SIGNED_EVENTS:
+        raise _HttpError(
+            400,
+            "InputValidationError",
+            {"Message": f"x-amz-content-sha256 must be {SIGNED_EVENTS} (signed events)"},
+        )
+
+
+def _unwrap_signed(envelope: EventStreamMessage) -> EventStreamMessage | None:
+    """A signed request event is an envelope (``:date``, ``:chunk-signature``) around the
+    event itself; the envelope with an empty payload ends the input stream."""
+    headers = envelope.headers
+    if ":chunk-signature" not in headers or ":date" not in headers:
+        raise _StreamFailure("internal", "a request event is not signed")
+    if not envelope.payload:
+        return None
+    inner = EventStreamBuffer()
+    inner.add_data(bytes(envelope.payload))
+    messages = list(inner)
+    if len(messages) != 1:
+        raise _StreamFailure("internal", "a signed envelope must hold exactly one event")
+    return messages[0]
+
+
+def _pieces(data: bytes, limit: int | None) -> list[tuple[bytes, bool]]:
+    """``data`` as (piece, is_last) pairs of at most ``limit`` bytes (one piece without one)."""
+    if not limit or len(data) <= limit:
+        return [(data, True)]
+    starts = range(0, len(data), limit)
+    return [(data[i : i + limit], i + limit >= len(data)) for i in starts]
+
+
+async def _send_http_error(send: Send, error: _HttpError) -> None:
+    body = json.dumps(error.body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": error.status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"x-amzn-errortype", error.error_type.encode()),
+                (b"x-amzn-requestid", str(uuid.uuid4()).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _lifespan(receive: Receive, send: Send) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+# --- running it -------------------------------------------------------------------------------
+
+
+class RunningRuntime:
+    """The runtime served by hypercorn on its own thread and event loop."""
+
+    def __init__(self, runtime: LocalSageMakerRuntime, sock: socket.socket, tls: LocalTls) -> None:
+        self.runtime = runtime
+        self.tls = tls
+        host, self.port = sock.getsockname()[:2]
+        self.host = "localhost" if host in ("127.0.0.1", "::1") else host
+        config = Config()
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # Listening now, so a client that comes before hypercorn's loop is up waits in the
+        # backlog instead of being refused; hypercorn takes the socket as it is.
+        sock.listen(128)
+        config.bind = [f"fd://{sock.detach()}"]
+        config.certfile = config.keyfile = str(tls.server_file)
+        config.alpn_protocols = ["h2"]  # SageMaker's front door speaks HTTP/2 only
+        config.accesslog = None
+        config.errorlog = logging.getLogger("voicewire.sagemaker_runtime.server")
+        config.graceful_timeout = 1.0
+        config.ssl_handshake_timeout = 5.0  # a client that rejects our certificate may not hang up
+        self._config = config
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_exception_handler(_quiet_shutdown_errors)
+        self._stopping: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._serve, name="sagemaker-runtime", daemon=True)
+        self._started = threading.Event()
+
+    @property
+    def endpoint_url(self) -> str:
+        """What the SDK's ``endpoint_uri`` is set to in local mode."""
+        return f"https://{self.host}:{self.port}"
+
+    def start(self) -> RunningRuntime:
+        self._thread.start()
+        if not self._started.wait(15):
+            raise RuntimeError("the local SageMaker runtime did not start")
+        return self
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._stopping = asyncio.Event()
+        self._loop.call_soon(self._started.set)
+        with contextlib.suppress(Exception):  # shutdown with open TLS connections may complain
+            self._loop.run_until_complete(
+                serve(self.runtime, self._config, shutdown_trigger=self._stopping.wait)  # type: ignore[arg-type]
+            )
+        self._loop.close()
+
+    def stop(self) -> None:
+        if self._stopping is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stopping.set)
+            self._thread.join(10)
+
+
+def start_runtime(
+    endpoints: Mapping[str, str], sock: socket.socket, tls: LocalTls, **options: Any
+) -> RunningRuntime:
+    """Serve a ``LocalSageMakerRuntime`` for ``endpoints`` on ``sock`` (bound, not listening)."""
+    started = time.perf_counter()
+    running = RunningRuntime(LocalSageMakerRuntime(endpoints, **options), sock, tls).start()
+    logger.debug("local SageMaker runtime up in %.0f ms", (time.perf_counter() - started) * 1000)
+    return running
+
+
+def _quiet_shutdown_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Closing a TLS connection the peer still writes on raises in hypercorn's close path; at
+    shutdown that is expected, not worth a traceback."""
+    exception = context.get("exception")
+    if exception is not None and type(exception).__name__ in ("SSLError", "ConnectionResetError"):
+        logger.debug("ignored at shutdown: %r", exception)
+        return
+    loop.default_exception_handler(context)

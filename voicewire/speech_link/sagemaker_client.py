@@ -1,0 +1,176 @@
+"""Building the SageMaker runtime HTTP/2 client the way it must be built to open a stream.
+
+``aws-sdk-sagemaker-runtime-http2`` leaves three things to its caller, each of which fails a
+deployed turn if left at the SDK's default:
+
+- **the transport**: the default ``AIOHTTPClient`` declares no duplex support, and
+  ``invoke_endpoint_with_bidirectional_stream`` refuses it before any traffic
+  (``UnsupportedTransportError``). ``smithy_http.aio.crt.AWSCRTHTTPClient`` (the package's
+  ``awscrt`` extra) negotiates HTTP/2 over TLS and streams both ways at once;
+- **credentials**: the SDK's resolver reads environment variables only, so a Lambda or EC2 role
+  would be ignored; ``Boto3CredentialsResolver`` takes them from boto3's standard chain;
+- **the endpoint**: ``https://runtime.sagemaker.{region}.amazonaws.com:8443``, not the
+  HTTPS port the rest of SageMaker uses.
+
+Each session gets its own client (its own HTTP/2 connection: streams of several sessions
+multiplexed on one CRT connection stall each other's small writes, and one stream's end can take
+the others down). What is costly and safe to share is shared per process: boto3's session (its
+credential chain, 10-50 ms to build) and the CRT's I/O event loop (a native thread).
+
+``trusted_ca_file`` exists for the local SageMaker runtime only (``voicewire up --speech-link
+sagemaker``): the CRT client builds its TLS context from the system trust store in its
+constructor and offers no option to change it, so ``LocalCATrustingCRTClient`` replaces that one
+context. Production code never passes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from copy import deepcopy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import boto3
+from aws_sdk_sagemaker_runtime_http2.client import AsyncSageMakerRuntimeHTTP2Client
+from aws_sdk_sagemaker_runtime_http2.config import AsyncSageMakerRuntimeHTTP2Config
+from awscrt import io as crt_io
+from smithy_aws_core.identity import AWSCredentialsIdentity, AWSIdentityProperties
+from smithy_core.aio.interfaces.identity import IdentityResolver
+from smithy_http.aio.crt import (
+    AWSCRTHTTPClient,
+    AWSCRTHTTPClientConfig,
+    AWSCRTHTTPResponse,
+    _AWSCRTEventLoop,
+)
+
+from voicewire.speech_link.errors import SpeechStreamError
+
+logger = logging.getLogger(__name__)
+
+
+@cache
+def shared_boto3_session() -> boto3.Session:
+    """One boto3 session per process: building one reads botocore's data files (10-50 ms)."""
+    return boto3.Session()
+
+
+@cache
+def _shared_crt_event_loop() -> _AWSCRTEventLoop:
+    """One CRT I/O event loop (a native thread) for every client of the process; the SDK's
+    default makes a new one per client."""
+    return _AWSCRTEventLoop()
+
+
+def default_region() -> str:
+    return shared_boto3_session().region_name or "us-east-1"
+
+
+def runtime_endpoint(region: str) -> str:
+    """SageMaker's bidirectional-streaming front door in ``region`` (HTTP/2 on port 8443)."""
+    return f"https://runtime.sagemaker.{region}.amazonaws.com:8443"
+
+
+class Boto3CredentialsResolver(IdentityResolver[AWSCredentialsIdentity, AWSIdentityProperties]):
+    """SDK credentials from boto3's chain: environment, profiles, container and instance roles."""
+
+    def __init__(self, session: boto3.Session | None = None) -> None:
+        self._session = session or shared_boto3_session()
+
+    async def get_identity(self, *, properties: AWSIdentityProperties) -> AWSCredentialsIdentity:
+        credentials = self._session.get_credentials()
+        if credentials is None:
+            raise SpeechStreamError("no_credentials", "boto3 found no AWS credentials")
+        # Refreshable role credentials may call STS or the metadata service: off the loop.
+        frozen = await asyncio.to_thread(credentials.get_frozen_credentials)
+        return AWSCredentialsIdentity(
+            access_key_id=frozen.access_key,
+            secret_access_key=frozen.secret_key,
+            session_token=frozen.token,
+        )
+
+
+class DuplexCRTClient(AWSCRTHTTPClient):
+    """The SDK's CRT transport, with one wart of awscrt's handled.
+
+    awscrt writes a stream's request body from a task of its own, which ends by writing the end
+    of the body. When the server has ended the stream first (the container closed the session,
+    or SageMaker failed it), that last write fails with ``AWS_ERROR_HTTP_STREAM_HAS_COMPLETED``
+    and nobody retrieves the error, so asyncio logs "Task exception was never retrieved" for
+    every such session. The writer's outcome is collected here instead: expected failures are
+    logged at debug level, anything else as a warning.
+    """
+
+    async def _await_response(self, stream: Any) -> AWSCRTHTTPResponse:
+        writer = getattr(stream, "_writer", None)  # awscrt's body-writer task, if it has one
+        if isinstance(writer, asyncio.Task):
+            writer.add_done_callback(_collect_writer_outcome)
+        return await super()._await_response(stream)
+
+    def __deepcopy__(self, memo: Any) -> DuplexCRTClient:
+        # The SDK deep-copies its config, transport included, when a client is set up.
+        return DuplexCRTClient(eventloop=self._eventloop, client_config=deepcopy(self._config))
+
+
+def _collect_writer_outcome(writer: asyncio.Task[None]) -> None:
+    if writer.cancelled():
+        return
+    error = writer.exception()
+    if error is None:
+        return
+    if "HTTP_STREAM_HAS_COMPLETED" in str(error):
+        logger.debug("request body writer stopped: the server had ended the stream")
+    else:
+        logger.warning("request body writer failed: %r", error)
+
+
+class LocalCATrustingCRTClient(DuplexCRTClient):
+    """The transport, trusting one extra CA file instead of the system store (local only)."""
+
+    def __init__(
+        self,
+        ca_file: Path,
+        eventloop: Any = None,
+        client_config: AWSCRTHTTPClientConfig | None = None,
+    ) -> None:
+        super().__init__(eventloop=eventloop, client_config=client_config)
+        self._ca_file = Path(ca_file)
+        if not self._ca_file.is_file():
+            raise SpeechStreamError("connect_failed", f"no CA file at {self._ca_file}")
+        options = crt_io.TlsContextOptions()
+        options.override_default_trust_store_from_path(ca_filepath=str(self._ca_file))
+        self._tls_ctx = crt_io.ClientTlsContext(options)
+
+    def __deepcopy__(self, memo: Any) -> LocalCATrustingCRTClient:
+        # The base class's copy would go back to the system trust store.
+        return LocalCATrustingCRTClient(
+            self._ca_file, eventloop=self._eventloop, client_config=deepcopy(self._config)
+        )
+
+
+def duplex_transport(trusted_ca_file: Path | None = None) -> AWSCRTHTTPClient:
+    """The HTTP transport that can carry a bidirectional stream: CRT, HTTP/2 only."""
+    config = AWSCRTHTTPClientConfig(force_http_2=True)
+    eventloop = _shared_crt_event_loop()
+    if trusted_ca_file is None:
+        return DuplexCRTClient(eventloop=eventloop, client_config=config)
+    return LocalCATrustingCRTClient(trusted_ca_file, eventloop=eventloop, client_config=config)
+
+
+async def build_client(
+    region: str,
+    *,
+    endpoint_uri: str | None = None,
+    trusted_ca_file: Path | None = None,
+    credentials: IdentityResolver[AWSCredentialsIdentity, AWSIdentityProperties] | None = None,
+) -> AsyncSageMakerRuntimeHTTP2Client:
+    """The client production uses; ``endpoint_uri`` and ``trusted_ca_file`` point it at the
+    local SageMaker runtime instead, with everything else unchanged."""
+    config = await AsyncSageMakerRuntimeHTTP2Config.resolve(
+        endpoint_uri=endpoint_uri or runtime_endpoint(region),
+        region=region,
+        aws_credentials_identity_resolver=credentials or Boto3CredentialsResolver(),
+        transport=duplex_transport(trusted_ca_file),
+    )
+    return AsyncSageMakerRuntimeHTTP2Client(config=config)
