@@ -96,6 +96,52 @@ async def test_cancel_mid_turn_ends_it_and_no_audio_follows(stack):
                     await ws.recv()
 
 
+async def speak_and_settle(stack, text: str):
+    """One speak turn, then wait for the worker to finish (it hands its session back after
+    posting turn_end)."""
+    result = await run_turn(stack.ws_url, {"action": "speak", "text": text})
+    await asyncio.to_thread(stack.functions.wait, 30)
+    return result
+
+
+async def test_the_worker_reuses_its_speech_session_between_turns(stack):
+    assert stack.options.speech_link == "sagemaker"  # the deployed path, by default
+    await speak_and_settle(stack, "The first turn opens a session.")
+    opened = stack.runtime_counters.streams_opened
+    second = await speak_and_settle(stack, "The second turn reuses it.")
+    assert second.status == "complete"
+    assert stack.runtime_counters.streams_opened == opened
+
+
+async def test_a_cancelled_turn_does_not_hand_its_session_on(stack):
+    await speak_and_settle(stack, "Warm up.")
+    async with connect(stack.ws_url, max_size=None) as ws:
+        await ws.send(json.dumps({"action": "speak", "text": "A long text. " * 20}))
+        async with asyncio.timeout(60):
+            async for frame in ws:
+                if isinstance(frame, bytes):
+                    await ws.send(json.dumps({"action": "cancel"}))
+                elif json.loads(frame)["type"] == "turn_end":
+                    assert json.loads(frame)["status"] == "cancelled"
+                    break
+    await asyncio.to_thread(stack.functions.wait, 30)
+    opened = stack.runtime_counters.streams_opened
+    after = await speak_and_settle(stack, "A fresh session.")
+    assert after.status == "complete"
+    assert stack.runtime_counters.streams_opened == opened + 1
+
+
+async def test_the_direct_websocket_link_still_works(stack):
+    opened = stack.runtime_counters.streams_opened
+    await asyncio.to_thread(stack.use_speech_link, "websocket")
+    try:
+        result = await speak_and_settle(stack, "Straight to the speech server.")
+    finally:
+        await asyncio.to_thread(stack.use_speech_link, "sagemaker")
+    check_turn(result, "speak")
+    assert stack.runtime_counters.streams_opened == opened  # the runtime was not involved
+
+
 async def test_management_api_answers_and_says_gone_after_disconnect(stack):
     management = boto3.client(
         "apigatewaymanagementapi",
@@ -184,6 +230,7 @@ def test_replay_runs_every_sample_event():
 
 
 def test_demo_reports_both_modes(stack, tmp_path):
+    """Against a running stack (--url); comparing links needs its own stack (see below)."""
     figures = tmp_path / "demo.json"
     result = subprocess.run(
         [sys.executable, "-m", "voicewire.cli", "demo", "--url", stack.ws_url, "--trials", "1",
@@ -198,6 +245,26 @@ def test_demo_reports_both_modes(stack, tmp_path):
         assert (tmp_path / f"{mode}.wav").stat().st_size > 44
     assert report["batch_over_bidi_first_audio"] > 0
     assert "first audio, batch / bidi" in result.stdout
+
+
+def test_demo_compares_the_speech_links_side_by_side(tmp_path):
+    figures = tmp_path / "demo.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "voicewire.cli", "demo", "--trials", "1",
+         "--speech-link", "sagemaker,websocket", "--prompt", "Hello there",
+         "--json", str(figures), "--out-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr + result.stdout
+    report = json.loads(figures.read_text())
+    assert set(report["links"]) == {"sagemaker", "websocket"}
+    for link in ("sagemaker", "websocket"):
+        modes = report["links"][link]["modes"]
+        assert modes["bidi"]["first_audio_ms"]["median"] > 0
+        cost = report["link_cost"][link]
+        assert len(cost["open_ms"]["values"]) == 5 and cost["round_trip_ms"]["median"] > 0
+    assert report["speech_link"] == "sagemaker"  # the first link's figures at the top
+    assert "per session and per chunk" in result.stdout
 
 
 def test_ask_cli_prints_the_timeline_and_writes_audio(stack, tmp_path):

@@ -49,7 +49,7 @@ async def test_the_local_trust_survives_the_sdks_copy_of_its_config(tmp_path):
     config = await client._ensure_setup()
     try:
         assert isinstance(config.transport, LocalCATrustingCRTClient)
-        assert config.transport._ca_file == tls.ca_file
+        assert config.transport.ca_file == tls.ca_file
     finally:
         await client.close()
 
@@ -79,3 +79,15 @@ async def test_no_credentials_is_a_typed_error(monkeypatch, tmp_path):
     with pytest.raises(SpeechStreamError) as raised:
         await resolver.get_identity(properties={})
     assert raised.value.code == "no_credentials"
+
+
+async def test_clients_share_the_costly_parts_but_not_their_connections():
+    first, second = await build_client("us-east-1"), await build_client("us-east-1")
+    try:
+        one = (await first._ensure_setup()).transport
+        two = (await second._ensure_setup()).transport
+        assert one is not two and one._connections is not two._connections
+        assert one._tls_ctx is two._tls_ctx and one._eventloop is two._eventloop
+    finally:
+        await first.close()
+        await second.close()

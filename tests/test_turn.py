@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 from turn_harness import run_turn
+
+from voicewire.speech_link import SpeechStreamError, open_speech_session
 
 
 def kinds(frames):
@@ -91,4 +96,44 @@ async def test_a_client_gone_mid_turn_stops_everything(aws, speech_server, after
     outcome, connection, llm = await run_turn(speech_server, "bidi", "Tell me", gone_after=after)
     assert outcome.gone
     assert len(connection.posts) == after  # nothing was posted after the GoneException
+    assert len(outcome.answer) < len(llm.default.text)
+
+
+async def test_the_turn_streams_text_while_its_speech_session_opens(aws, speech_server):
+    """The worker hands the turn a session still opening: text flows at once, speech waits
+    for the session only at the first sentence."""
+    opened_at = []
+
+    async def slow_open():
+        await asyncio.sleep(0.8)  # a slow set-up, longer than the LLM's first tokens
+        session = open_speech_session(speech_server.ws_url)
+        await session.open()
+        opened_at.append(time.monotonic())
+        return session
+
+    outcome, connection, _ = await run_turn(
+        speech_server, "bidi", "What is the meaning of life?", speech_opening=slow_open
+    )
+    assert outcome.status == "complete"
+    frames = connection.frames()
+    posted = [(at, frame) for (at, _), frame in zip(connection.posts, frames, strict=True)]
+    first_delta = next(at for at, f in posted if isinstance(f, dict) and f["type"] == "text_delta")
+    first_audio = next(at for at, f in posted if isinstance(f, tuple))
+    assert first_delta < opened_at[0] < first_audio
+
+
+async def test_a_speech_session_that_cannot_open_fails_the_turn_at_once(aws, speech_server):
+    async def failing_open():
+        await asyncio.sleep(0.3)
+        raise SpeechStreamError("connect_failed", "cannot open the endpoint")
+
+    started = time.monotonic()
+    outcome, connection, llm = await run_turn(
+        speech_server, "bidi", "Tell me a story", speech_opening=failing_open
+    )
+    frames = connection.frames()
+    assert outcome.status == "failed" and frames[-1]["status"] == "failed"
+    assert frames[-2]["code"] == "speech_failed" and "connect_failed" in frames[-2]["message"]
+    # It did not wait for the LLM to finish its ~4 s answer.
+    assert time.monotonic() - started < 2.5
     assert len(outcome.answer) < len(llm.default.text)

@@ -61,7 +61,10 @@ async def run_turn(
     gone_after: int | None = None,
     voice: str | None = None,
     pace: float = 1.0,
+    speech_opening=None,
 ) -> tuple[TurnOutcome, RecordingConnection, ReplayBedrockClient]:
+    """``speech_opening``: an async function that returns the open session, run as a task as
+    the worker does (default: a session opened before the turn starts)."""
     client = boto3.client("apigatewaymanagementapi", endpoint_url=CALLBACK_URL)
     connection = RecordingConnection(client, gone_after=gone_after)
     cancelled = asyncio.Event()
@@ -72,8 +75,9 @@ async def run_turn(
         )
     relay = Relay(connection, "conn-1", turn=3)
     llm = ReplayBedrockClient(pace=pace)
-    async with open_speech_session(speech_server.ws_url) as speech:
-        runner = TurnRunner(
+
+    def runner_for(speech) -> TurnRunner:
+        return TurnRunner(
             TurnSpec("turn-3", 3, mode, time.time(), voice=voice),
             relay,
             speech,
@@ -82,5 +86,15 @@ async def run_turn(
             llm_request=converse_request("replay", [], prompt),
             text=text,
         )
-        outcome = await runner.run()
+
+    if speech_opening is None:
+        async with open_speech_session(speech_server.ws_url) as speech:
+            outcome = await runner_for(speech).run()
+        return outcome, connection, llm
+    opening = asyncio.create_task(speech_opening())
+    try:
+        outcome = await runner_for(opening).run()
+    finally:
+        if not opening.cancelled() and opening.done() and opening.exception() is None:
+            await opening.result().close()
     return outcome, connection, llm

@@ -7,8 +7,9 @@ it to the container's WebSocket. This module is that front door and its sidecar,
 deployed code path runs locally (``voicewire up --speech-link sagemaker``) and in tests:
 
 - ``POST /endpoints/{EndpointName}/invocations-bidirectional-stream`` over HTTP/2 (TLS with the
-  stack's own CA, ALPN ``h2`` only), ``x-amzn-sagemaker-model-invocation-path`` and
-  ``...-model-query-string`` honoured as SageMaker does;
+  stack's own CA, ALPN ``h2``; a client without HTTP/2 gets a 400), the
+  ``x-amzn-sagemaker-model-invocation-path`` and ``...-model-query-string`` headers honoured as
+  SageMaker does;
 - a SigV4 ``Authorization`` header scoped to the ``sagemaker`` service must be there (403
   otherwise), and every request event must carry the event signature headers (``:date``,
   ``:chunk-signature``): signatures are checked for presence, not recomputed;
@@ -23,7 +24,7 @@ deployed code path runs locally (``voicewire up --speech-link sagemaker``) and i
 - the client ending its input stream ends the session at once, dropping answers still on their
   way (what SageMaker does: a client must keep its input open until the output is drained).
 
-Libraries rather than parsers of our own: hypercorn (HTTP/2 server, ASGI), botocore's
+Libraries rather than parsers of our own: ``h2`` for HTTP/2 (``http2_server``), botocore's
 ``EventStreamBuffer`` (decoding, with CRC checks) and ``smithy_aws_event_stream``'s
 ``EventMessage`` (encoding), websockets (the sidecar's client).
 """
@@ -40,24 +41,19 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from botocore.eventstream import EventStreamBuffer, EventStreamMessage, ParserError
-from hypercorn.asyncio import serve
-from hypercorn.config import Config
 from smithy_aws_event_stream.events import EventMessage
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
+from voicewire.local_stack.http2_server import ClientGone, Http1Answer, Http2Server, Stream
 from voicewire.local_stack.local_tls import LocalTls
 
 logger = logging.getLogger(__name__)
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 ROUTE = re.compile(r"^/endpoints/(?P<name>[^/]+)/invocations-bidirectional-stream$")
 DEFAULT_INVOCATION_PATH = "invocations-bidirectional-stream"
@@ -73,8 +69,11 @@ AUTHORIZATION = re.compile(
 # SageMaker pings the container every 60 s and gives up after 5 missed pongs.
 CONTAINER_PING_INTERVAL = 60.0
 CONTAINER_PING_TIMEOUT = 300.0
-# How long an ended stream waits for the client to end its input before letting go.
-INPUT_DRAIN_SECONDS = 10.0
+HTTP1_ANSWER = Http1Answer(
+    400,
+    "application/json",
+    json.dumps({"Message": "this API is served over HTTP/2 only"}).encode(),
+)
 
 
 @dataclass
@@ -126,48 +125,37 @@ class LocalSageMakerRuntime:
     def fail_next_stream(self, fault: StreamFault) -> None:
         self._faults.append(fault)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await _lifespan(receive, send)
-            return
-        if scope["type"] != "http":
-            return
+    async def handle(self, stream: Stream) -> None:
+        """One ``InvokeEndpointWithBidirectionalStream`` call."""
         try:
-            container_url = self._check_request(scope)
+            container_url = self._check_request(stream)
             container = await self._open_container(container_url)
         except _HttpError as error:
             self.counters.streams_refused += 1
-            logger.info("refused %s: %s %s", scope["path"], error.status, error.error_type)
-            await _send_http_error(send, error)
+            logger.info("refused %s: %s %s", stream.path, error.status, error.error_type)
+            await _send_http_error(stream, error)
             return
         self.counters.streams_opened += 1
         fault = self._faults.pop(0) if self._faults else None
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", EVENT_STREAM.encode()),
-                    (b"x-amzn-invoked-production-variant", VARIANT.encode()),
-                    (b"x-amzn-requestid", str(uuid.uuid4()).encode()),
-                ],
-            }
+        await stream.send_headers(
+            200,
+            [
+                ("content-type", EVENT_STREAM),
+                ("x-amzn-invoked-production-variant", VARIANT),
+                ("x-amzn-requestid", str(uuid.uuid4())),
+            ],
         )
-        await _Relay(self, receive, send, container, fault).run()
+        await _Relay(self, stream, container, fault).run()
 
     # --- before the stream opens ----------------------------------------------------------
 
-    def _check_request(self, scope: Scope) -> str:
-        match = ROUTE.match(scope["path"])
+    def _check_request(self, stream: Stream) -> str:
+        match = ROUTE.match(stream.path.split("?", 1)[0])
         if match is None:
             raise _HttpError(404, "UnknownOperationException", {"message": "no such operation"})
-        if scope["method"] != "POST":
+        if stream.method != "POST":
             raise _HttpError(405, "MethodNotAllowedException", {"message": "use POST"})
-        if scope.get("http_version") != "2":
-            raise _HttpError(
-                400, "InputValidationError", {"Message": "this API is served over HTTP/2 only"}
-            )
-        headers = {name.decode().lower(): value.decode() for name, value in scope["headers"]}
+        headers = stream.headers
         _check_signature(headers)
         if not headers.get("content-type", "").startswith(EVENT_STREAM):
             raise _HttpError(
@@ -237,15 +225,13 @@ class _Relay:
     def __init__(
         self,
         runtime: LocalSageMakerRuntime,
-        receive: Receive,
-        send: Send,
+        stream: Stream,
         container: ClientConnection,
         fault: StreamFault | None,
     ) -> None:
-        self.runtime, self.receive, self.send = runtime, receive, send
+        self.runtime, self.stream = runtime, stream
         self.container, self.fault = container, fault
         self.counters = runtime.counters
-        self._body_ended = False  # the client's END_STREAM has been read
         self._parts_sent = 0  # response parts of this stream (for an injected fault)
 
     async def run(self) -> None:
@@ -271,35 +257,21 @@ class _Relay:
             ):
                 logger.exception("local SageMaker runtime failed", exc_info=outcome)
                 await self._send_failure(_StreamFailure("internal", "the stream failed"))
-            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:  # the client left while we were ending: nothing more to tell it
+            await self.stream.end()
+        except ClientGone:  # the client left while we were ending: nothing more to tell it
             logger.debug("client gone before the stream ended")
-            return
-        await self._drain_input()
-
-    async def _drain_input(self) -> None:
-        """Read the request body to its end before returning: hypercorn forgets a stream once
-        its app returns, and a DATA frame arriving after that (the client's END_STREAM, which
-        follows the signed empty event) breaks the whole HTTP/2 connection. Parts that arrive
-        now have nowhere to go."""
-        if self._body_ended:
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(INPUT_DRAIN_SECONDS):
-                while True:
-                    message = await self.receive()
-                    if message["type"] == "http.disconnect" or not message.get("more_body"):
-                        return
 
     async def _upstream(self) -> _Ended:
         """Decode the request's signed events; forward each payload part to the container."""
         buffer = EventStreamBuffer()
         while True:
-            message = await self.receive()
-            if message["type"] == "http.disconnect":
-                self._body_ended = True
+            try:
+                chunk = await self.stream.receive()
+            except ClientGone:
                 return _Ended.CLIENT_GONE
-            buffer.add_data(message.get("body", b""))
+            if chunk is None:
+                return _Ended.INPUT_ENDED
+            buffer.add_data(chunk)
             try:
                 for envelope in buffer:
                     inner = _unwrap_signed(envelope)
@@ -308,9 +280,6 @@ class _Relay:
                     await self._forward(inner)
             except ParserError as error:
                 raise _StreamFailure("internal", f"unreadable request event: {error}") from None
-            if not message.get("more_body", False):
-                self._body_ended = True
-                return _Ended.INPUT_ENDED
 
     async def _forward(self, event: EventStreamMessage) -> None:
         headers = event.headers
@@ -378,7 +347,7 @@ class _Relay:
         )
 
     async def _send_event(self, event: EventMessage) -> None:
-        await self.send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+        await self.stream.send_data(event.encode())
 
 
 def _check_signature(headers: dict[str, str]) -> None:
@@ -432,58 +401,35 @@ def _pieces(data: bytes, limit: int | None) -> list[tuple[bytes, bool]]:
     return [(data[i : i + limit], i + limit >= len(data)) for i in starts]
 
 
-async def _send_http_error(send: Send, error: _HttpError) -> None:
-    body = json.dumps(error.body).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": error.status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"x-amzn-errortype", error.error_type.encode()),
-                (b"x-amzn-requestid", str(uuid.uuid4()).encode()),
-            ],
-        }
+async def _send_http_error(stream: Stream, error: _HttpError) -> None:
+    await stream.send_headers(
+        error.status,
+        [
+            ("content-type", "application/json"),
+            ("x-amzn-errortype", error.error_type),
+            ("x-amzn-requestid", str(uuid.uuid4())),
+        ],
     )
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _lifespan(receive: Receive, send: Send) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "lifespan.startup":
-            await send({"type": "lifespan.startup.complete"})
-        elif message["type"] == "lifespan.shutdown":
-            await send({"type": "lifespan.shutdown.complete"})
-            return
+    await stream.send_data(json.dumps(error.body).encode())
+    await stream.end()
 
 
 # --- running it -------------------------------------------------------------------------------
 
 
 class RunningRuntime:
-    """The runtime served by hypercorn on its own thread and event loop."""
+    """The runtime served on its own thread and event loop."""
 
     def __init__(self, runtime: LocalSageMakerRuntime, sock: socket.socket, tls: LocalTls) -> None:
         self.runtime = runtime
         self.tls = tls
         host, self.port = sock.getsockname()[:2]
         self.host = "localhost" if host in ("127.0.0.1", "::1") else host
-        config = Config()
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # Listening now, so a client that comes before hypercorn's loop is up waits in the
-        # backlog instead of being refused; hypercorn takes the socket as it is.
+        # Listening now, so a client that comes before the loop is up waits in the backlog
+        # instead of being refused.
         sock.listen(128)
-        config.bind = [f"fd://{sock.detach()}"]
-        config.certfile = config.keyfile = str(tls.server_file)
-        config.alpn_protocols = ["h2"]  # SageMaker's front door speaks HTTP/2 only
-        config.accesslog = None
-        config.errorlog = logging.getLogger("voicewire.sagemaker_runtime.server")
-        config.graceful_timeout = 1.0
-        config.ssl_handshake_timeout = 5.0  # a client that rejects our certificate may not hang up
-        self._config = config
+        self._server = Http2Server(runtime.handle, sock, tls.server_file, HTTP1_ANSWER)
         self._loop = asyncio.new_event_loop()
-        self._loop.set_exception_handler(_quiet_shutdown_errors)
         self._stopping: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._serve, name="sagemaker-runtime", daemon=True)
         self._started = threading.Event()
@@ -501,12 +447,15 @@ class RunningRuntime:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
-        self._stopping = asyncio.Event()
-        self._loop.call_soon(self._started.set)
-        with contextlib.suppress(Exception):  # shutdown with open TLS connections may complain
-            self._loop.run_until_complete(
-                serve(self.runtime, self._config, shutdown_trigger=self._stopping.wait)  # type: ignore[arg-type]
-            )
+
+        async def serve() -> None:
+            self._stopping = asyncio.Event()
+            await self._server.start()
+            self._started.set()
+            await self._stopping.wait()
+            await self._server.stop()
+
+        self._loop.run_until_complete(serve())
         self._loop.close()
 
     def stop(self) -> None:
@@ -523,13 +472,3 @@ def start_runtime(
     running = RunningRuntime(LocalSageMakerRuntime(endpoints, **options), sock, tls).start()
     logger.debug("local SageMaker runtime up in %.0f ms", (time.perf_counter() - started) * 1000)
     return running
-
-
-def _quiet_shutdown_errors(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """Closing a TLS connection the peer still writes on raises in hypercorn's close path; at
-    shutdown that is expected, not worth a traceback."""
-    exception = context.get("exception")
-    if exception is not None and type(exception).__name__ in ("SSLError", "ConnectionResetError"):
-        logger.debug("ignored at shutdown: %r", exception)
-        return
-    loop.default_exception_handler(context)

@@ -250,6 +250,17 @@ class LocalStack:
         self._drop_kept_sessions()
         self.adapters.speech_session = self.speech_session_factory(link)
 
+    def keep_speech_sessions(self, keep: bool) -> None:
+        """Let the worker keep a session warm between turns, or open one per turn."""
+        from functions.adapters.speech_sessions import SessionPolicy
+
+        self.options.keep_speech_sessions = keep
+        self._drop_kept_sessions()
+        sessions = self.adapters.speech_sessions
+        sessions.policy = SessionPolicy(
+            keep_warm=keep, max_idle_seconds=sessions.policy.max_idle_seconds
+        )
+
     def _drop_kept_sessions(self) -> None:
         if self.adapters is None:
             return

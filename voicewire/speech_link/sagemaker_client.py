@@ -30,7 +30,7 @@ import logging
 from copy import deepcopy
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import boto3
 from aws_sdk_sagemaker_runtime_http2.client import AsyncSageMakerRuntimeHTTP2Client
@@ -92,25 +92,37 @@ class Boto3CredentialsResolver(IdentityResolver[AWSCredentialsIdentity, AWSIdent
 
 
 class DuplexCRTClient(AWSCRTHTTPClient):
-    """The SDK's CRT transport, with one wart of awscrt's handled.
+    """The SDK's CRT transport, with two of awscrt's warts handled.
 
-    awscrt writes a stream's request body from a task of its own, which ends by writing the end
-    of the body. When the server has ended the stream first (the container closed the session,
-    or SageMaker failed it), that last write fails with ``AWS_ERROR_HTTP_STREAM_HAS_COMPLETED``
-    and nobody retrieves the error, so asyncio logs "Task exception was never retrieved" for
-    every such session. The writer's outcome is collected here instead: expected failures are
-    logged at debug level, anything else as a warning.
+    - **A TLS context per client.** The constructor loads the trust store into a new TLS context
+      (~15 ms of CPU), and the SDK deep-copies the transport when it sets a client up, which
+      constructs another. A TLS context is immutable and meant to be shared, so copies here
+      share it (and the I/O event loop), and only the connection pool is a copy's own:
+      ``new_client`` copies a prototype built once per trust setting.
+    - **An error nobody collects.** awscrt writes a stream's request body from a task of its
+      own, which ends by writing the end of the body. When the server has ended the stream
+      first (the container closed the session, or SageMaker failed it), that last write fails
+      with ``AWS_ERROR_HTTP_STREAM_HAS_COMPLETED`` and asyncio logs "Task exception was never
+      retrieved" for every such session. The writer's outcome is collected here: expected
+      failures at debug level, anything else as a warning.
     """
+
+    def new_client(self) -> Self:
+        return deepcopy(self)
+
+    def __deepcopy__(self, memo: Any) -> Self:
+        copy = object.__new__(type(self))
+        copy.__dict__.update(self.__dict__)  # the event loop, bootstrap, TLS context: shared
+        copy._config = deepcopy(self._config)
+        copy._connections = {}  # a pool of its own
+        copy._closed = False
+        return copy
 
     async def _await_response(self, stream: Any) -> AWSCRTHTTPResponse:
         writer = getattr(stream, "_writer", None)  # awscrt's body-writer task, if it has one
         if isinstance(writer, asyncio.Task):
             writer.add_done_callback(_collect_writer_outcome)
         return await super()._await_response(stream)
-
-    def __deepcopy__(self, memo: Any) -> DuplexCRTClient:
-        # The SDK deep-copies its config, transport included, when a client is set up.
-        return DuplexCRTClient(eventloop=self._eventloop, client_config=deepcopy(self._config))
 
 
 def _collect_writer_outcome(writer: asyncio.Task[None]) -> None:
@@ -135,27 +147,27 @@ class LocalCATrustingCRTClient(DuplexCRTClient):
         client_config: AWSCRTHTTPClientConfig | None = None,
     ) -> None:
         super().__init__(eventloop=eventloop, client_config=client_config)
-        self._ca_file = Path(ca_file)
-        if not self._ca_file.is_file():
-            raise SpeechStreamError("connect_failed", f"no CA file at {self._ca_file}")
+        self.ca_file = Path(ca_file)
+        if not self.ca_file.is_file():
+            raise SpeechStreamError("connect_failed", f"no CA file at {self.ca_file}")
         options = crt_io.TlsContextOptions()
-        options.override_default_trust_store_from_path(ca_filepath=str(self._ca_file))
+        options.override_default_trust_store_from_path(ca_filepath=str(self.ca_file))
         self._tls_ctx = crt_io.ClientTlsContext(options)
 
-    def __deepcopy__(self, memo: Any) -> LocalCATrustingCRTClient:
-        # The base class's copy would go back to the system trust store.
-        return LocalCATrustingCRTClient(
-            self._ca_file, eventloop=self._eventloop, client_config=deepcopy(self._config)
-        )
 
-
-def duplex_transport(trusted_ca_file: Path | None = None) -> AWSCRTHTTPClient:
-    """The HTTP transport that can carry a bidirectional stream: CRT, HTTP/2 only."""
+@cache
+def _prototype_transport(trusted_ca_file: Path | None) -> DuplexCRTClient:
     config = AWSCRTHTTPClientConfig(force_http_2=True)
     eventloop = _shared_crt_event_loop()
     if trusted_ca_file is None:
         return DuplexCRTClient(eventloop=eventloop, client_config=config)
     return LocalCATrustingCRTClient(trusted_ca_file, eventloop=eventloop, client_config=config)
+
+
+def duplex_transport(trusted_ca_file: Path | None = None) -> AWSCRTHTTPClient:
+    """The HTTP transport that can carry a bidirectional stream: CRT, HTTP/2 only; a new
+    connection pool each time, the costly parts shared."""
+    return _prototype_transport(trusted_ca_file).new_client()
 
 
 async def build_client(

@@ -45,7 +45,10 @@ from voicewire.speech_link.sagemaker_client import (
     Boto3CredentialsResolver,
     build_client,
     default_region,
+    shared_boto3_session,
 )
+
+__all__ = ["SageMakerTransport", "shared_boto3_session"]
 
 logger = logging.getLogger(__name__)
 
@@ -158,19 +161,20 @@ class SageMakerTransport:
                 case _:
                     logger.warning("ignoring an unknown response stream event %r", event)
 
-    async def close(self) -> None:
-        """End the input stream, let SageMaker end the response, release the connection.
+    async def close(self, graceful: bool = True) -> None:
+        """End the input stream, (gracefully: let SageMaker end the response,) release the
+        connection.
 
-        Safe to call more than once, and bounded in time: each step gives up after
-        ``END_GRACE_SECONDS``. The input is ended even when the response already has (the body
-        writer then stops, its expected failure collected by ``DuplexCRTClient``); left open,
-        the writer would wait for data forever (also after SageMaker refused the stream).
+        Safe to call more than once, and bounded in time. The input is ended even when the
+        response already has, or SageMaker refused the stream: left open, awscrt's body writer
+        would wait for data forever (its expected failure is collected by ``DuplexCRTClient``).
+        Closing the client closes the connection, which ends any read under way.
         """
         stream, output, client = self._stream, self._output, self._client
         self._stream = self._output = self._client = None
         if stream is not None:
             await _bounded(stream.input_stream.close())
-            if self._receiving and not self._output_ended.is_set():
+            if graceful and self._receiving and not self._output_ended.is_set():
                 # The session's reader will see the end: give SageMaker a moment to send it.
                 await _bounded(self._output_ended.wait())
         if output is not None:

@@ -222,10 +222,13 @@ class SpeechSession:
             await self._stop_reader(wait=END_GRACE_SECONDS)
 
     async def abort(self) -> None:
-        """End the session now, without waiting for answers (pending requests fail)."""
+        """End the session now, without waiting for answers (pending requests fail).
+
+        The transport is closed first and the reader left to see the end: cancelling a read
+        under way would leave the SDK's HTTP client resolving a cancelled future."""
         self._closing = True
-        await self._stop_reader(wait=0)
-        await self._transport.close()
+        await self._transport.close(graceful=False)
+        await self._stop_reader(wait=END_GRACE_SECONDS)
 
     @property
     def _reading(self) -> bool:

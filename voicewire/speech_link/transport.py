@@ -25,7 +25,9 @@ class SpeechTransport(Protocol):
         Raises ``SpeechStreamError`` when the stream fails."""
         ...
 
-    async def close(self) -> None:
-        """End the stream and release the connection. The session calls it once the server has
-        ended the stream, or to give up; it must be safe to call more than once."""
+    async def close(self, graceful: bool = True) -> None:
+        """End the stream and release the connection; a reader waiting on ``receive`` then gets
+        the end (``None``) or an error. ``graceful``: give the server a moment to end the stream
+        its side first (the session has no answers pending); otherwise cut it now. Safe to call
+        more than once."""
         ...

@@ -43,11 +43,15 @@ class WebSocketTransport:
         except ConnectionClosed as error:
             raise SpeechStreamError("connection_closed", str(error)) from error
 
-    async def close(self) -> None:
+    async def close(self, graceful: bool = True) -> None:
         connection, self._connection = self._connection, None
-        if connection is not None:
-            with contextlib.suppress(Exception):  # already closed by the server: nothing to do
-                await connection.close()
+        if connection is None:
+            return
+        if not graceful:
+            connection.transport.abort()  # no closing handshake with a peer that may be gone
+            return
+        with contextlib.suppress(Exception):  # already closed by the server: nothing to do
+            await connection.close()
 
     @property
     def _open(self) -> ClientConnection:

@@ -1,0 +1,92 @@
+"""Layers point one way: the shared library imports no tier, the tiers import the shared library
+(never each other, never the tools), and the tools that assemble tiers sit on top.
+
+    tools         voicewire/local_stack, voicewire/commands, voicewire/cli.py, bench/
+    tiers         functions/ (the Lambda functions), container/speech_server/ (the container)
+    shared        the rest of voicewire/ (protocols, chunker, speech link, turn client)
+
+Every import counts, including those inside functions (done lazily to start faster).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ("voicewire.local_stack", "voicewire.commands", "voicewire.cli")
+TIERS = ("functions", "speech_server")
+
+
+def module_files() -> dict[str, Path]:
+    files = {}
+    for base, package_root in ((ROOT, "voicewire"), (ROOT, "functions")):
+        for path in (base / package_root).rglob("*.py"):
+            files[_module_name(path.relative_to(base))] = path
+    for path in (ROOT / "container" / "speech_server").rglob("*.py"):
+        files[_module_name(path.relative_to(ROOT / "container"))] = path
+    return files
+
+
+def _module_name(relative: Path) -> str:
+    parts = list(relative.with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def layer_of(module: str) -> str:
+    if _within(module, TOOLS):
+        return "tool"
+    if _within(module, TIERS):
+        return "tier:" + module.split(".")[0]
+    if _within(module, ("voicewire",)):
+        return "shared"
+    return "outside"
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+def allowed(importer: str, imported: str) -> bool:
+    source, target = layer_of(importer), layer_of(imported)
+    if target == "outside" or source == "tool":
+        return True
+    if source == "shared":
+        return target == "shared"
+    return target == "shared" or target == source  # a tier: itself and the shared library
+
+
+FILES = module_files()
+
+
+@pytest.mark.parametrize("module", sorted(name for name in FILES if layer_of(name) != "tool"))
+def test_imports_point_down_the_layers(module):
+    wrong = sorted(
+        imported for imported in imported_modules(FILES[module]) if not allowed(module, imported)
+    )
+    assert wrong == [], f"{module} ({layer_of(module)}) imports {wrong}"
+
+
+def test_the_layer_rule_itself():
+    assert layer_of("voicewire.speech_link.session") == "shared"
+    assert layer_of("voicewire.local_stack.stack") == "tool"
+    assert layer_of("functions.handlers.worker") == "tier:functions"
+    assert not allowed("voicewire.chunker", "functions.turn")
+    assert not allowed("functions.turn", "speech_server.app")
+    assert not allowed("speech_server.app", "voicewire.local_stack.stack")
+    assert allowed("functions.turn", "voicewire.chunker")
+    assert allowed("voicewire.local_stack.stack", "functions.wiring")
