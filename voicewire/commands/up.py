@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 
@@ -67,8 +68,19 @@ def _speech_line(stack: object) -> str:
     )
 
 
+def _stop_on_sigterm() -> None:
+    """``kill`` (or a supervisor) stops the stack as cleanly as Ctrl-C does: the speech server
+    is a child process and must not be left behind."""
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def run(args: argparse.Namespace) -> None:
     quiet_lambda_output(args.verbose)
+    _stop_on_sigterm()
     from voicewire.local_stack.stack import LocalStack
 
     stack = LocalStack(

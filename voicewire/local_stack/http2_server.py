@@ -21,7 +21,7 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -199,9 +199,8 @@ class _Connection:
     # --- sending ------------------------------------------------------------------------------
 
     def send_headers(self, stream: Stream, status: int, headers: list[tuple[str, str]]) -> None:
-        if stream.reset or self.closed:
-            raise ClientGone("the stream is gone")
-        self.h2.send_headers(stream.stream_id, [(":status", str(status)), *headers])
+        with self._sending(stream):
+            self.h2.send_headers(stream.stream_id, [(":status", str(status)), *headers])
 
     async def send_data(self, stream: Stream, data: bytes) -> None:
         view = memoryview(data)
@@ -214,13 +213,25 @@ class _Connection:
                     await self.window_opened.wait()
                 continue
             size = min(window, self.h2.max_outbound_frame_size, len(view))
-            self.h2.send_data(stream.stream_id, bytes(view[:size]))
+            with self._sending(stream):
+                self.h2.send_data(stream.stream_id, bytes(view[:size]))
             view = view[size:]
             await self.flush()
 
     def end_stream(self, stream: Stream) -> None:
-        self.h2.end_stream(stream.stream_id)
+        with self._sending(stream):
+            self.h2.end_stream(stream.stream_id)
         self._forget_if_done(stream)
+
+    @contextlib.contextmanager
+    def _sending(self, stream: Stream) -> Iterator[None]:
+        """What the client ended (the stream reset, the connection closed) is ``ClientGone``."""
+        if stream.reset or self.closed:
+            raise ClientGone("the stream is gone")
+        try:
+            yield
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError) as error:
+            raise ClientGone(f"the stream is gone ({error})") from None
 
     async def flush(self) -> None:
         data = self.h2.data_to_send()

@@ -1,0 +1,224 @@
+"""What only a deployment can prove, checked in a few seconds from outside (``agent-infra check``).
+
+Three questions, each answered plainly:
+
+1. **Does audio posted through ``@connections`` arrive as binary frames?** The worker posts each
+   audio frame's raw bytes (``0xA1`` header, PCM) with ``PostToConnection``, which has no frame
+   type parameter; AWS documents nothing about the frame type the client then gets. If it were a
+   text frame, its bytes would not be valid UTF-8: a browser (and most clients) would fail the
+   connection with close code 1007. The check opens a plain connection, speaks a short text and
+   looks at the first audio frame; if it does not arrive as a binary frame, it says that
+   connections must use ``?audio=base64`` (audio as JSON text frames with base64 data, which
+   any client accepts), and checks that those work.
+2. **Time to first audio of a ``speak`` turn**: as this client sees it (from sending the action
+   to the first audio frame) and as the turn reports it (``timings.first_audio_ms``).
+3. **bidi against batch**: one ``ask`` in each mode on the same prompt, and the ratio of their
+   first audio (batch / bidi: how much sooner streaming speaks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from voicewire.client_protocol import AUDIO_FRAME_MARKER, decode_audio_frame
+
+SPEAK_TEXT = "Hello, this is voicewire checking your deployment."
+ASK_PROMPT = "Why does streaming make voice agents feel faster?"
+INVALID_UTF8_CLOSE = 1007
+
+
+class CheckFailed(Exception):
+    """The deployment could not be checked (unreachable, refused, a turn that failed)."""
+
+
+@dataclass
+class TurnProbe:
+    """One turn as this client saw it."""
+
+    status: str = "no_turn_end"
+    audio_delivery: str | None = None  # "binary", "base64", or "text" (raw bytes in a text frame)
+    first_audio_ms: float | None = None  # this client's clock, from sending the action
+    reported: dict[str, Any] = field(default_factory=dict)  # the turn_end's timings
+    audio_bytes: int = 0
+    close_code: int | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class CheckReport:
+    url: str
+    binary_audio: bool | None = None
+    base64_audio: bool | None = None
+    plain: TurnProbe | None = None  # the speak turn on a plain connection (binary delivery)
+    speak: TurnProbe | None = None  # the speak turn timed (the plain one, or over base64)
+    bidi: TurnProbe | None = None
+    batch: TurnProbe | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def batch_over_bidi(self) -> float | None:
+        bidi = self.bidi.reported.get("first_audio_ms") if self.bidi else None
+        batch = self.batch.reported.get("first_audio_ms") if self.batch else None
+        return batch / bidi if bidi and batch else None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def with_query(url: str, **params: str | None) -> str:
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query.update({name: value for name, value in params.items() if value is not None})
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+async def probe_turn(url: str, message: dict[str, Any], limit_seconds: float = 60) -> TurnProbe:
+    """Send one action on a new connection and follow its turn to ``turn_end``."""
+    probe = TurnProbe()
+    current_turn: int | None = None
+    try:
+        async with connect(url, max_size=None, open_timeout=15) as websocket:
+            sent = time.perf_counter()
+            await websocket.send(json.dumps(message))
+            async with asyncio.timeout(limit_seconds):
+                async for frame in websocket:
+                    if _take_frame(probe, frame, current_turn, sent):
+                        return probe
+                    if isinstance(frame, str) and (data := _json(frame)) is not None:
+                        if data.get("type") == "turn_start":
+                            current_turn = data.get("turn")
+                        if data.get("type") == "error" and current_turn is None:
+                            return probe  # refused before the turn started
+    except InvalidStatus as error:
+        status = error.response.status_code
+        hint = " (a token is needed: --token)" if status in (401, 403) else ""
+        raise CheckFailed(f"the WebSocket handshake was refused with HTTP {status}{hint}") from None
+    except (OSError, TimeoutError, InvalidHandshake) as error:
+        raise CheckFailed(f"cannot reach {url}: {error}") from None
+    except ConnectionClosed as closed:
+        probe.close_code = closed.sent.code if closed.sent else None
+        if closed.rcvd is not None:
+            probe.close_code = closed.rcvd.code
+        if probe.close_code == INVALID_UTF8_CLOSE and probe.audio_delivery is None:
+            probe.audio_delivery = "text"  # raw audio bytes in a text frame: not UTF-8
+    return probe
+
+
+def _take_frame(probe: TurnProbe, frame: str | bytes, turn: int | None, sent: float) -> bool:
+    """Record ``frame``; True once the turn has ended."""
+    at = round((time.perf_counter() - sent) * 1000, 1)
+    if isinstance(frame, bytes):
+        if frame[:1] == bytes([AUDIO_FRAME_MARKER]):
+            frame_turn, _, payload = decode_audio_frame(frame)
+            if frame_turn == turn:
+                _audio(probe, "binary", at, len(payload))
+        return False
+    data = _json(frame)
+    if data is None:  # a text frame that is not JSON: raw bytes delivered as text
+        if turn is not None and probe.audio_delivery is None:
+            probe.audio_delivery = "text"
+        return False
+    kind = data.get("type")
+    if kind == "audio" and data.get("turn") == turn:
+        _audio(probe, "base64", at, len(base64.b64decode(data.get("data", ""))))
+    elif kind == "error":
+        probe.errors.append(data)
+    elif kind == "turn_end":
+        probe.status = str(data.get("status"))
+        probe.reported = dict(data.get("timings") or {})
+        return True
+    return False
+
+
+def _audio(probe: TurnProbe, delivery: str, at: float, size: int) -> None:
+    probe.audio_delivery = probe.audio_delivery or delivery
+    if probe.first_audio_ms is None:
+        probe.first_audio_ms = at
+    probe.audio_bytes += size
+
+
+def _json(text: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+async def check(url: str, token: str | None = None, prompt: str = ASK_PROMPT) -> CheckReport:
+    """Run the three checks against a client-link URL (``wss://.../stage``)."""
+    base = with_query(url, token=token)
+    report = CheckReport(url=url)
+    report.plain = report.speak = await probe_turn(base, {"action": "speak", "text": SPEAK_TEXT})
+    report.binary_audio = report.plain.audio_delivery == "binary"
+    delivery = base
+    if not report.binary_audio:
+        delivery = with_query(base, audio="base64")
+        report.speak = await probe_turn(delivery, {"action": "speak", "text": SPEAK_TEXT})
+        report.base64_audio = report.speak.audio_delivery == "base64"
+        if not report.base64_audio:
+            report.problems.append("no audio arrived, with or without ?audio=base64")
+    if report.speak.status != "complete":
+        report.problems.append(_turn_problem("speak", report.speak))
+        return report
+    for mode in ("bidi", "batch"):
+        probe = await probe_turn(delivery, {"action": "ask", "prompt": prompt, "mode": mode})
+        setattr(report, mode, probe)
+        if probe.status != "complete" or probe.first_audio_ms is None:
+            report.problems.append(_turn_problem(f"ask ({mode})", probe))
+    return report
+
+
+def _turn_problem(name: str, probe: TurnProbe) -> str:
+    codes = ", ".join(f"{e.get('code')}: {e.get('message')}" for e in probe.errors)
+    detail = f" ({codes})" if codes else ""
+    return f"the {name} turn ended {probe.status}{detail}"
+
+
+def render(report: CheckReport) -> str:
+    lines = [f"voicewire deployment check: {report.url}", ""]
+    speak = report.speak
+    if report.binary_audio:
+        lines.append("audio delivery   binary frames: PostToConnection's bytes arrive as binary")
+    elif report.binary_audio is False:
+        how = (
+            "closed the connection (1007: a text frame that is not UTF-8)"
+            if report.plain and report.plain.close_code == INVALID_UTF8_CLOSE
+            else "arrived as text frames"
+        )
+        lines += [
+            f"audio delivery   NOT binary: raw audio posted to @connections {how}.",
+            "                 Connect with ?audio=base64: audio then comes as JSON text frames",
+            "                 with base64 data, which every client accepts"
+            + (" (checked: it works)." if report.base64_audio else "."),
+        ]
+    if speak and speak.first_audio_ms is not None:
+        reported = speak.reported.get("first_audio_ms")
+        lines.append(
+            f"speak            first audio {speak.first_audio_ms:.0f} ms here"
+            + (f", {reported:.0f} ms reported by the turn" if reported is not None else "")
+        )
+    if report.bidi and report.batch:
+        bidi, batch = report.bidi.reported, report.batch.reported
+        if bidi.get("first_audio_ms") and batch.get("first_audio_ms"):
+            lines.append(
+                f"ask              first audio bidi {bidi['first_audio_ms']:.0f} ms, "
+                f"batch {batch['first_audio_ms']:.0f} ms: batch / bidi "
+                f"{report.batch_over_bidi:.2f}x"
+            )
+    lines.append("")
+    if report.ok:
+        lines.append("all checks passed")
+    else:
+        lines += [f"problem: {problem}" for problem in report.problems]
+    return "\n".join(lines)
