@@ -1,36 +1,20 @@
-"""Encoding AWS event-stream messages (``application/vnd.amazon.eventstream``) for tests.
+"""AWS event-stream messages (``application/vnd.amazon.eventstream``) for tests.
 
 botocore only decodes this format; the Stubber cannot return event streams. A ``before-send``
 handler that answers with these bytes makes boto3 parse a real ``EventStream`` through its own
-code path. Layout of one message: total length and headers length (uint32 BE), CRC32 of those 8
-bytes, the headers, the payload, CRC32 of everything before it.
+code path. The encoding is ``smithy_aws_event_stream``'s (AWS's own, which the SageMaker SDK
+uses), so botocore's decoder checks it independently.
 """
 
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 
-_STRING = 7
-
-
-def _headers(headers: dict[str, str]) -> bytes:
-    out = b""
-    for name, value in headers.items():
-        raw_name, raw_value = name.encode(), value.encode()
-        out += struct.pack(">B", len(raw_name)) + raw_name
-        out += struct.pack(">BH", _STRING, len(raw_value)) + raw_value
-    return out
+from smithy_aws_event_stream.events import EventMessage
 
 
 def encode_message(headers: dict[str, str], payload: bytes) -> bytes:
-    encoded_headers = _headers(headers)
-    total = 12 + len(encoded_headers) + len(payload) + 4
-    prelude = struct.pack(">II", total, len(encoded_headers))
-    prelude += struct.pack(">I", zlib.crc32(prelude))
-    message = prelude + encoded_headers + payload
-    return message + struct.pack(">I", zlib.crc32(message))
+    return EventMessage(headers=dict(headers), payload=payload).encode()
 
 
 def payload_part(data: bytes) -> bytes:

@@ -5,8 +5,11 @@
         async for event in s.events(request_id):
             ...  # SynthesisStarted, then AudioChunk..., then SynthesisCompleted
 
-``open_speech_session`` takes a ``ws://``/``wss://`` URL (local stack, tests) or a SageMaker
-endpoint name (``sagemaker:NAME`` or a bare name) and picks the transport.
+``open_speech_session`` takes a ``ws://``/``wss://`` URL (a speech server reached directly) or a
+SageMaker endpoint name (``sagemaker:NAME`` or a bare name) and picks the transport. Over
+SageMaker the client is built as production needs it (``sagemaker_client``: the SDK's CRT
+transport, boto3 credentials); ``endpoint_uri`` and ``trusted_ca_file`` point that same client
+at the local SageMaker runtime.
 """
 
 from voicewire.speech_link.errors import SpeechServerError, SpeechSessionError, SpeechStreamError
