@@ -372,15 +372,28 @@ async def test_an_outside_dynamodb_endpoint_is_used():
         options = StackOptions(port=0, speech_port=0, runtime_port=0, dynamodb_endpoint=endpoint)
         with LocalStack(options, lambda line: None) as local:
             assert local._moto is None  # no embedded DynamoDB was started
-            result = await run_turn(local.ws_url, {"action": "speak", "text": "Stored."})
-            assert result.status == "complete"
+            audio_bytes = 0
+            async with connect(local.ws_url, max_size=None) as ws:
+                await ws.send(json.dumps({"action": "speak", "text": "Stored."}))
+                async with asyncio.timeout(60):
+                    async for frame in ws:
+                        if isinstance(frame, bytes):
+                            audio_bytes += len(decode_audio_frame(frame)[2])
+                        elif (data := json.loads(frame))["type"] == "turn_start":
+                            turn_id = data["turn_id"]
+                        elif data["type"] == "turn_end":
+                            assert data["status"] == "complete"
+                            break
+                # Stay connected until the worker has recorded the turn: a client that leaves
+                # right after turn_end can still see its turn recorded as cancelled (the
+                # $disconnect route cancels a turn the worker has not yet marked complete).
+                await asyncio.to_thread(local.functions.wait, 30)
         table = boto3.resource(
             "dynamodb", endpoint_url=endpoint, region_name="us-east-1",
             aws_access_key_id="local", aws_secret_access_key="local",
         ).Table("voicewire-sessions")  # fmt: skip
         # moto servers in one process share their state, so look for this turn by its id.
-        turn_id = result.events[0].data["turn_id"]
         (turn,) = [item for item in table.scan()["Items"] if item["sk"] == f"turn#{turn_id}"]
-        assert turn["status"] == "complete" and turn["audio_bytes"] == len(result.audio)
+        assert turn["status"] == "complete" and turn["audio_bytes"] == audio_bytes > 0
     finally:
         outside.stop()

@@ -80,24 +80,26 @@ async def run_job(job: WorkerJob, adapters: Adapters) -> TurnOutcome:
             text=job.text,
         )
         outcome = await runner.run()
+        # The turn's record first: the client has its turn_end and may leave at once, and a
+        # $disconnect then must find the turn already ended, not running.
+        counts = {
+            "audio_bytes": relay.audio_bytes,
+            "audio_frames": relay.audio_frames,
+            "frames": relay.frames,
+            "bytes_sent": relay.bytes_sent,
+        }
+        final = await asyncio.to_thread(
+            store.finish_turn,
+            job.connection_id,
+            job.turn_id,
+            outcome.status,
+            outcome.timings,
+            counts,
+            outcome.stop_reason,
+        )
     finally:
         watcher.cancel()
         ready = await _hand_back(sessions, acquiring, speech, outcome)
-    counts = {
-        "audio_bytes": relay.audio_bytes,
-        "audio_frames": relay.audio_frames,
-        "frames": relay.frames,
-        "bytes_sent": relay.bytes_sent,
-    }
-    final = await asyncio.to_thread(
-        store.finish_turn,
-        job.connection_id,
-        job.turn_id,
-        outcome.status,
-        outcome.timings,
-        counts,
-        outcome.stop_reason,
-    )
     if outcome.gone:
         await asyncio.to_thread(store.mark_gone, job.connection_id)
     if job.mode != "speak" and final == "complete" and outcome.answer.strip():

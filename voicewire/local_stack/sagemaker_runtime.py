@@ -114,8 +114,8 @@ class _HttpError(Exception):
 
 @dataclass
 class LocalSageMakerRuntime:
-    """The ASGI app of the local front door. ``endpoints`` maps an endpoint name to its
-    container's base WebSocket URL (``ws://127.0.0.1:8080``)."""
+    """The local front door's request handler (served by ``http2_server``). ``endpoints`` maps
+    an endpoint name to its container's base WebSocket URL (``ws://127.0.0.1:8080``)."""
 
     endpoints: Mapping[str, str]
     fragment_bytes: int | None = None  # cut larger container frames into PARTIAL parts
@@ -247,7 +247,7 @@ class _Relay:
         # SageMaker ends the container's session whichever side ended first.
         with contextlib.suppress(Exception):
             await self.container.close(1000, "stream ended")
-        if outcome is _Ended.CLIENT_GONE:
+        if outcome is _Ended.CLIENT_GONE or isinstance(outcome, ClientGone):
             return
         try:
             if isinstance(outcome, _StreamFailure):
@@ -288,14 +288,18 @@ class _Relay:
         self.counters.request_parts += 1
         payload = bytes(event.payload)
         # DataType absent means BINARY, as on SageMaker.
+        message: str | bytes = payload
         if headers.get("DataType") == "UTF8":
             try:
-                text = payload.decode("utf-8")
+                message = payload.decode("utf-8")
             except UnicodeDecodeError:
                 raise _StreamFailure("internal", "a UTF8 payload part is not UTF-8") from None
-            await self.container.send(text)
-        else:
-            await self.container.send(payload)
+        try:
+            await self.container.send(message)
+        except ConnectionClosed as closed:
+            raise _StreamFailure(
+                "model", f"the model container closed the stream ({closed})"
+            ) from None
 
     async def _downstream(self) -> _Ended:
         """Every container frame back as a ResponsePayloadPart event, in order."""
