@@ -119,6 +119,11 @@ class TurnRunner:
         self._request_ids: list[str] = []
         self._session: SpeechSession | None = None
 
+    @property
+    def used_speech(self) -> bool:
+        """Whether the turn sent anything on its speech session (else the session is clean)."""
+        return bool(self._request_ids)
+
     async def _speech(self) -> SpeechSession:
         """The session, once open (raises its ``SpeechSessionError`` if it could not open)."""
         if self._session is None:

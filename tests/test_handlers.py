@@ -312,6 +312,24 @@ def test_worker_stops_when_the_turn_is_cancelled_in_dynamodb(adapters):
     assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "cancelled"
 
 
+def test_a_turn_cancelled_before_it_spoke_leaves_its_session_for_the_next(adapters):
+    """The session was being opened when the turn was cancelled: the worker waits for it and,
+    as nothing was sent on it, keeps it for the next turn of this environment."""
+    from functions.environment_loop import run_in_environment
+
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_bidi")
+    adapters.store.cancel_turn(CONNECTION, job["turn_id"])
+    # A slow LLM: the worker sees the cancel long before the first sentence could be sent.
+    adapters.llm_client = lambda: ReplayBedrockClient(pace=5.0)
+    assert run_worker(adapters, job) == {"status": "cancelled"}
+    ready = run_in_environment(adapters.speech_sessions.acquire())
+    try:
+        assert ready.origin == "reused"
+    finally:
+        run_in_environment(adapters.speech_sessions.release(ready.session, reusable=False))
+
+
 def test_barge_in_ends_the_old_turn_before_its_audio_stops(adapters):
     """A new ask while a turn is speaking: the old worker sees its turn cancelled, posts its
     turn_end, and no frame of the old turn follows that turn_end."""

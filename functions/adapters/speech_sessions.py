@@ -2,7 +2,7 @@
 
 A new bidirectional session costs its set-up before the first sentence can go out: on AWS a TLS
 handshake, HTTP/2, SigV4 and SageMaker opening its sidecar's WebSocket to the container; locally
-the same path measures ~70-100 ms (``bench/speech_session_cost.py``). Two things take it off the
+the same path measures ~55 ms (``bench/speech_session_cost.py``). Two things take it off the
 critical path:
 
 - the worker asks for its session when the turn starts, while the LLM's first tokens are still
@@ -22,8 +22,9 @@ dropped meanwhile looks open until it is used. So a kept session is reused only 
    LLM is still writing, so it costs the first audio nothing unless it fails.
 
 Any doubt means a new session: the stale one is aborted, never retried. Only a session whose
-turn completed and whose every request was answered goes back; a cancelled or failed turn
-closes its session, so no frame of an old turn can reach a new one.
+every request was answered goes back, and only if its turn completed or never used it; a turn
+cancelled or failed after it sent something closes its session, so no frame of an old turn can
+reach a new one.
 """
 
 from __future__ import annotations

@@ -58,6 +58,7 @@ async def run_job(job: WorkerJob, adapters: Adapters) -> TurnOutcome:
     cancelled = asyncio.Event()
     watcher = asyncio.create_task(watch_for_cancel(store, job, cancelled))
     outcome: TurnOutcome | None = None
+    runner: TurnRunner | None = None
     try:
         llm_request = None
         if job.mode != "speak":
@@ -99,7 +100,7 @@ async def run_job(job: WorkerJob, adapters: Adapters) -> TurnOutcome:
         )
     finally:
         watcher.cancel()
-        ready = await _hand_back(sessions, acquiring, speech, outcome)
+        ready = await _hand_back(sessions, acquiring, speech, outcome, runner)
     if outcome.gone:
         await asyncio.to_thread(store.mark_gone, job.connection_id)
     if job.mode != "speak" and final == "complete" and outcome.answer.strip():
@@ -127,18 +128,22 @@ async def _hand_back(
     acquiring: asyncio.Task[ReadySession],
     speech: asyncio.Task[SpeechSession],
     outcome: TurnOutcome | None,
+    runner: TurnRunner | None,
 ) -> ReadySession | None:
-    """Keep the session for the next turn if this one completed cleanly, else close it; an
-    opening still under way is called off (``acquire`` closes what it had opened). Returns
-    how the session was obtained, if it was."""
-    if not acquiring.done():
-        acquiring.cancel()
+    """Keep the session for the next turn if this one left it clean, else close it. Returns how
+    the session was obtained, if it was.
+
+    An opening still under way when the turn ends (a turn cancelled early) is waited for, not
+    called off: the client already has its turn_end, the wait is bounded by the open timeout,
+    the session is clean and the next turn can use it; and cancelling the CRT client mid-connect
+    makes awscrt resolve a cancelled future from its own thread."""
     await asyncio.gather(acquiring, speech, return_exceptions=True)
     if acquiring.cancelled() or acquiring.exception() is not None:
         return None
     ready = acquiring.result()
-    reusable = outcome is not None and outcome.status == "complete"
-    await sessions.release(ready.session, reusable)
+    completed = outcome is not None and outcome.status == "complete"
+    unused = runner is not None and not runner.used_speech
+    await sessions.release(ready.session, reusable=completed or unused)
     return ready
 
 
