@@ -128,7 +128,11 @@ class TurnRunner:
         """The session, once open (raises its ``SpeechSessionError`` if it could not open)."""
         if self._session is None:
             speech = self.speech
-            self._session = speech if isinstance(speech, SpeechSession) else await speech
+            # Shielded: a waiter cancelled with the turn (the watcher, a producer) must not call
+            # off the opening itself; the worker decides what becomes of the session.
+            self._session = (
+                speech if isinstance(speech, SpeechSession) else await asyncio.shield(speech)
+            )
         return self._session
 
     async def run(self) -> TurnOutcome:

@@ -3,6 +3,7 @@ Lambda and @connections APIs."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import threading
@@ -322,7 +323,25 @@ def test_a_turn_cancelled_before_it_spoke_leaves_its_session_for_the_next(adapte
     adapters.store.cancel_turn(CONNECTION, job["turn_id"])
     # A slow LLM: the worker sees the cancel long before the first sentence could be sent.
     adapters.llm_client = lambda: ReplayBedrockClient(pace=5.0)
+    # A slow open: the turn is over (~50 ms) while its session is still being opened.
+    opened = []
+    real_session = adapters.speech_session
+
+    def slow_session():
+        session = real_session()
+        open_now = session.open
+
+        async def open_later():
+            await asyncio.sleep(0.5)
+            await open_now()
+            opened.append(session)
+
+        session.open = open_later
+        return session
+
+    adapters.speech_session = slow_session
     assert run_worker(adapters, job) == {"status": "cancelled"}
+    assert len(opened) == 1  # the opening was waited for, not called off
     ready = run_in_environment(adapters.speech_sessions.acquire())
     try:
         assert ready.origin == "reused"
