@@ -26,13 +26,13 @@ from functions.turn import TurnOutcome, TurnRunner, TurnSpec
 from functions.wiring import Adapters, current_adapters
 from functions.worker_job import WorkerJob
 from voicewire.client_protocol import Timings
-from voicewire.speech_link import SpeechSession, sagemaker_transport
+from voicewire.speech_link import SpeechSession, sagemaker_client
 
 CANCEL_POLL_SECONDS = 0.1
 
 # While Lambda initializes the environment, not on the first turn's critical path: importing
 # the SageMaker SDK and awscrt takes ~0.7 s, building boto3's session ~0.1 s.
-sagemaker_transport.shared_boto3_session()
+sagemaker_client.shared_boto3_session()
 
 
 async def watch_for_cancel(store: SessionStore, job: WorkerJob, cancelled: asyncio.Event) -> None:

@@ -15,7 +15,8 @@ deployed turn if left at the SDK's default:
 Each session gets its own client (its own HTTP/2 connection: streams of several sessions
 multiplexed on one CRT connection stall each other's small writes, and one stream's end can take
 the others down). What is costly and safe to share is shared per process: boto3's session (its
-credential chain, 10-50 ms to build) and the CRT's I/O event loop (a native thread).
+credential chain, 10-50 ms to build), the CRT's I/O event loop (a native thread) and its TLS
+context (~15 ms to load the trust store; see ``DuplexCRTClient``).
 
 ``trusted_ca_file`` exists for the local SageMaker runtime only (``voicewire up --speech-link
 sagemaker``): the CRT client builds its TLS context from the system trust store in its

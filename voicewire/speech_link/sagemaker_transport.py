@@ -13,10 +13,10 @@ Mid-stream failures arrive as events the SDK raises from ``receive()``: ``ModelS
 container failed or went away) and ``InternalStreamFailure`` (SageMaker itself); both become a
 ``SpeechStreamError`` with a stable code.
 
-The input stream stays open until the output is drained (``close`` is only called by the session
-once the server has ended the stream, or to give up): closing it earlier drops the connection
-before the container has answered. One SDK client per session, closed with it: the client's
-HTTP/2 connection is not shared between sessions (see ``sagemaker_client``).
+The input stream is ended only once every answer has arrived (``SpeechSession.close`` waits for
+them, then calls ``close``): ending it earlier drops the answers still on their way. One SDK
+client per session, closed with it: the client's HTTP/2 connection is not shared between
+sessions (see ``sagemaker_client``).
 """
 
 from __future__ import annotations
@@ -45,14 +45,11 @@ from voicewire.speech_link.sagemaker_client import (
     Boto3CredentialsResolver,
     build_client,
     default_region,
-    shared_boto3_session,
 )
-
-__all__ = ["SageMakerTransport", "shared_boto3_session"]
 
 logger = logging.getLogger(__name__)
 
-END_GRACE_SECONDS = 2.0  # once the input has ended, how long SageMaker may take to end the stream
+CLOSE_STEP_SECONDS = 2.0  # how long one step of closing (ending input, letting go) may take
 
 
 class SageMakerTransport:
@@ -186,7 +183,7 @@ class SageMakerTransport:
 async def _bounded(step: Awaitable[object]) -> None:
     """One step of closing: errors mean it is already closed; a hang is cut short."""
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(step, END_GRACE_SECONDS)
+        await asyncio.wait_for(step, CLOSE_STEP_SECONDS)
 
 
 def _model_stream_error(error: ModelStreamError) -> SpeechStreamError:
