@@ -21,6 +21,11 @@ class Settings:
     # functions/adapters/speech_sessions.py for when a kept session is trusted again).
     speech_session_reuse: bool = True
     speech_session_max_idle_seconds: float = 55.0
+    # Bedrock's inferenceConfig.maxTokens: a spoken answer of a few sentences needs ~100-300
+    # tokens; the limit bounds the tokens-per-minute quota each request reserves, the batch
+    # answer's size and the history (see functions/adapters/llm.py).
+    max_output_tokens: int = 512
+    region: str | None = None  # for the @connections URL when no callback URL is configured
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -44,4 +49,6 @@ class Settings:
             speech_session_max_idle_seconds=float(
                 env.get("VOICEWIRE_SPEECH_SESSION_MAX_IDLE_SECONDS", "55")
             ),
+            max_output_tokens=int(env.get("VOICEWIRE_MAX_OUTPUT_TOKENS", "512")),
+            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
         )

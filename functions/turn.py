@@ -3,9 +3,14 @@
 ``run_bidi`` is the product: two concurrent tasks feed one queue, consumed in true arrival order,
 so the first sentence's audio reaches the client while the LLM is still writing::
 
-    text task:   LLM deltas -> text_delta events -> chunker -> sentence events + speech.send()
+    text task:   LLM deltas -> relay's text lane (coalesced text_delta frames)
+                            -> chunker -> sentence events + speech.send()
     audio task:  speech events of each sent sentence, in order -> audio events
-    consumer:    queue -> relay (text frames, binary audio frames)
+    consumer:    queue -> relay's ordered lane (sentence frames, binary audio frames)
+
+Text deltas go on the relay's own lane (``functions.adapters.relay``), coalesced to at most one
+post per ~100 ms (or one per sentence when the client asked for ``text_deltas: "sentence"``), so
+that no audio frame waits behind a text post: on AWS each post is a signed HTTPS round trip.
 
 ``run_batch`` waits for the whole answer, then synthesizes it in one message: the fair baseline,
 same LLM stream and engine, only the moment synthesis starts differs. ``run_speak`` synthesizes a
@@ -35,12 +40,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from functions.adapters.llm import ConverseStreamClient, LlmError, LlmResult, stream_text
-from functions.adapters.relay import ConnectionGone, Relay
+from functions.adapters.relay import ConnectionGone, Relay, RelayError
 from voicewire.chunker import IncrementalSentenceChunker
 from voicewire.client_protocol import (
     ClientError,
     Sentence,
-    TextDelta,
     Timings,
     TurnEnd,
     TurnStart,
@@ -71,6 +75,7 @@ class TurnOutcome:
     stop_reason: str | None = None
     error: ClientError | None = None
     gone: bool = False  # the client left: nothing more can be posted
+    undelivered: bool = False  # the turn's end could not be posted (the client was not told)
 
 
 @dataclass
@@ -111,6 +116,9 @@ class TurnRunner:
     chunker_factory: Callable[[], IncrementalSentenceChunker] = field(
         default=partial(IncrementalSentenceChunker, first_max_words=6)
     )
+    # Why ``cancelled`` was set, when it was not a cancel: the worker's time limit, lost session
+    # state. The turn then ends ``failed`` with this error instead of ``cancelled``.
+    stop_failure: Callable[[], ClientError | None] = lambda: None
 
     def __post_init__(self) -> None:
         self._clock = _Clock(self.spec.accepted_at)
@@ -135,7 +143,10 @@ class TurnRunner:
             )
         return self._session
 
-    async def run(self) -> TurnOutcome:
+    async def run(self, tell_end: bool = True) -> TurnOutcome:
+        """Run the turn to its end. With ``tell_end=False`` the caller posts the ``error`` and
+        ``turn_end`` frames itself (``tell_end``), after recording the turn: a client that
+        leaves on its turn_end then finds the record final."""
         status: TurnStatus = "complete"
         error: ClientError | None = None
         try:
@@ -149,11 +160,22 @@ class TurnRunner:
                     await self._consume(self._batch_events())
                 case _:
                     await self._consume(self._speak_events())
+            await self.relay.finish_text()  # the last text delta goes before the turn_end
         except ConnectionGone:
             await self._stop_work(cancel_speech=True)
+            await self._settle_text()
             return TurnOutcome("cancelled", self._clock.timings(), self._llm_result.text, gone=True)
         except _Stop:
             status = "cancelled"
+            if (failure := self.stop_failure()) is not None:
+                status, error = "failed", failure.model_copy()
+        except RelayError as failure:
+            logger.warning("delivery failed in turn %s: %s", self.spec.turn_id, failure)
+            status = "failed"
+            error = ClientError(
+                code=ErrorCode.DELIVERY_FAILED,
+                message=f"a frame could not be delivered ({failure.code or failure})",
+            )
         except LlmError as failure:
             status, error = "failed", ClientError(code=failure.code, message=failure.message)
         except SpeechSessionError as failure:
@@ -163,19 +185,40 @@ class TurnRunner:
                 code=ErrorCode.SPEECH_FAILED,
                 message=f"speech synthesis failed ({failure.code})",
             )
-        await self._stop_work(cancel_speech=status != "complete")
+        except Exception:  # a bug or an unforeseen failure: the turn still ends, and says so
+            logger.exception("turn %s failed", self.spec.turn_id)
+            status = "failed"
+            error = ClientError(
+                code=ErrorCode.INTERNAL_ERROR, message="the turn failed; see the worker's log"
+            )
+        try:
+            await self._stop_work(cancel_speech=status != "complete")
+        except Exception:  # stopping is best effort; the turn's end must still be told
+            logger.exception("stopping turn %s", self.spec.turn_id)
+        await self._settle_text()
         outcome = TurnOutcome(
             status, self._clock.timings(), self._llm_result.text, self._llm_result.stop_reason
         )
         outcome.error = error
+        if error is not None:
+            error.turn_id = self.spec.turn_id
+        if tell_end:
+            await self.tell_end(outcome)
+        return outcome
+
+    async def tell_end(self, outcome: TurnOutcome) -> None:
+        """Post the turn's ``error`` (if it failed) and its ``turn_end``, its last frame."""
+        if outcome.gone:
+            return
         try:
-            if error is not None:
-                error.turn_id = self.spec.turn_id
-                await self.relay.control(error)
+            if outcome.error is not None:
+                await self.relay.control(outcome.error)
             await self.relay.control(self.turn_end(outcome))
         except ConnectionGone:
             outcome.gone = True
-        return outcome
+        except RelayError as failure:  # the client cannot be told; the record still is
+            logger.warning("turn %s: end not delivered: %s", self.spec.turn_id, failure)
+            outcome.undelivered = True
 
     def turn_end(self, outcome: TurnOutcome) -> TurnEnd:
         return TurnEnd(
@@ -228,10 +271,19 @@ class TurnRunner:
         else:
             await self.relay.control(event)
 
+    async def _settle_text(self) -> None:
+        """Wait for a text post still in flight (a stopped turn drops the text not yet posted),
+        so that nothing of the turn arrives after its turn_end."""
+        with contextlib.suppress(ConnectionGone, RelayError):
+            await self.relay.finish_text()
+
     async def _stop_work(self, cancel_speech: bool) -> None:
         """Stop the LLM stream; unless the turn completed, drop the speech still queued, so the
-        session closes at once instead of synthesizing audio nobody will receive."""
+        session closes at once instead of synthesizing audio nobody will receive, and the text
+        not yet posted."""
         self._llm_stop.set()
+        if cancel_speech:
+            self.relay.discard_text()
         if cancel_speech and self._request_ids and self._session is not None:
             with contextlib.suppress(SpeechSessionError):
                 await self._session.cancel()
@@ -250,10 +302,9 @@ class TurnRunner:
 
         async def text_task() -> None:
             chunker = self.chunker_factory()
-            seq = index = 0
+            index = 0
             async for text in self._llm_deltas():
-                queue.put_nowait(TextDelta(turn_id=self.spec.turn_id, seq=seq, text=text))
-                seq += 1
+                await self.relay.text(self.spec.turn_id, text)
                 for sentence in chunker.feed(text):
                     await self._send_sentence(sentence, index, queue, sent)
                     index += 1
@@ -279,6 +330,8 @@ class TurnRunner:
         sent: asyncio.Queue[str | None],
     ) -> None:
         self._clock.mark("sentence")
+        if self.relay.text_flush == "sentence":
+            self.relay.flush_text()  # the text written so far, up to this sentence
         queue.put_nowait(Sentence(turn_id=self.spec.turn_id, index=index, text=sentence))
         # Only the first sentence needs the server's early first-clause cut: later ones are
         # synthesized while earlier audio plays, and whole sentences sound better.
@@ -289,10 +342,9 @@ class TurnRunner:
         sent.put_nowait(request_id)
 
     async def _batch_events(self) -> AsyncIterator[BaseModel | bytes]:
-        seq = 0
         async for text in self._llm_deltas():
-            yield TextDelta(turn_id=self.spec.turn_id, seq=seq, text=text)
-            seq += 1
+            await self.relay.text(self.spec.turn_id, text)
+        await self.relay.finish_text()  # the whole answer's text, before what is spoken of it
         speech_text = " ".join(to_speech_text(self._llm_result.text).split())
         if not speech_text:
             return

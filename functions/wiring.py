@@ -10,8 +10,9 @@ from typing import Any
 
 import boto3
 
-from functions.adapters.llm import ConverseStreamClient
-from functions.adapters.session_store import SessionStore
+from functions.adapters.llm import ConverseStreamClient, bedrock_client
+from functions.adapters.relay import management_client
+from functions.adapters.session_store import SessionStore, dynamodb_client
 from functions.adapters.speech_sessions import KeptSpeechSession, SessionPolicy
 from functions.settings import Settings
 from voicewire.speech_link import SpeechSession, open_speech_session
@@ -20,7 +21,7 @@ from voicewire.speech_link import SpeechSession, open_speech_session
 @dataclass
 class Adapters:
     settings: Settings
-    dynamodb: Any  # boto3 dynamodb resource
+    dynamodb: Any  # boto3 dynamodb *client* (thread-safe; a resource must not be shared)
     lambda_client: Any  # boto3 lambda client
     management_client_for: Callable[[str], Any]  # callback URL -> apigatewaymanagementapi client
     llm_client: Callable[[], ConverseStreamClient]
@@ -30,7 +31,7 @@ class Adapters:
 
     @cached_property
     def store(self) -> SessionStore:
-        return SessionStore(self.dynamodb.Table(self.settings.table_name))
+        return SessionStore(self.dynamodb, self.settings.table_name)
 
     @cached_property
     def speech_sessions(self) -> KeptSpeechSession:
@@ -51,12 +52,16 @@ class Adapters:
     def from_env(cls, settings: Settings | None = None) -> Adapters:
         settings = settings or Settings.from_env()
 
+        # One Bedrock client per execution environment: built (and its TLS connection made)
+        # once, not on every turn's path to first audio.
+        bedrock = bedrock_client() if settings.llm == "bedrock" else None
+
         def llm_client() -> ConverseStreamClient:
             if settings.llm == "replay":
                 from functions.adapters.replay_llm import ReplayBedrockClient
 
                 return ReplayBedrockClient()
-            return boto3.client("bedrock-runtime")
+            return bedrock
 
         def token_secret() -> str:
             from aws_lambda_powertools.utilities import parameters
@@ -70,11 +75,9 @@ class Adapters:
 
         return cls(
             settings=settings,
-            dynamodb=boto3.resource("dynamodb"),
+            dynamodb=dynamodb_client(),
             lambda_client=boto3.client("lambda"),
-            management_client_for=lambda url: boto3.client(
-                "apigatewaymanagementapi", endpoint_url=url
-            ),
+            management_client_for=management_client,
             llm_client=llm_client,
             speech_session=lambda: open_speech_session(settings.speech_target),
             token_secret=token_secret,

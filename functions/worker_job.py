@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from voicewire.client_protocol import AudioDelivery
+from voicewire.client_protocol import AudioDelivery, TextDeltas
 
 
 class WorkerJob(BaseModel):
@@ -21,3 +21,4 @@ class WorkerJob(BaseModel):
     accepted_at: float  # epoch seconds when the message route accepted the turn
     callback_url: str
     audio: AudioDelivery = "binary"
+    text_deltas: TextDeltas = "live"

@@ -24,6 +24,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """moto's in-memory AWS, with fake credentials so no real account can be reached."""
     from moto import mock_aws
 
+    from voicewire.local_stack.moto_dynamodb import make_moto_dynamodb_atomic
+
+    make_moto_dynamodb_atomic()  # each request atomic, as DynamoDB's are
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+
 import boto3
 import pytest
 
 from functions.adapters.session_store import (
+    HISTORY_MAX_BYTES,
     HISTORY_MESSAGES,
+    ClaimVerdict,
     ConnectionClosed,
     DuplicateTurn,
     SessionStore,
+    bounded_history,
 )
 from functions.adapters.session_table import create_table
 from voicewire.client_protocol import Timings
@@ -18,7 +25,7 @@ from voicewire.client_protocol import Timings
 @pytest.fixture
 def store(aws) -> SessionStore:
     create_table(boto3.client("dynamodb"), "sessions")
-    return SessionStore(boto3.resource("dynamodb").Table("sessions"))
+    return SessionStore(boto3.client("dynamodb"), "sessions")
 
 
 def test_connections_are_recorded_and_marked_gone(store):
@@ -27,7 +34,11 @@ def test_connections_are_recorded_and_marked_gone(store):
     assert (record.principal, record.audio, record.status, record.turn_counter) == (
         "alice", "base64", "open", 0,
     )  # fmt: skip
-    item = store.table.get_item(Key={"pk": "c1", "sk": "connection"})["Item"]
+    item = (
+        boto3.resource("dynamodb")
+        .Table("sessions")
+        .get_item(Key={"pk": "c1", "sk": "connection"})["Item"]
+    )
     assert item["expires_at"] > 1000 + 7200  # the TTL outlives API Gateway's 2 h limit
     assert store.mark_gone("c1") is None
     assert store.get_connection("c1").status == "gone"
@@ -89,3 +100,134 @@ def test_history_is_bounded_and_in_converse_format(store):
     assert len(history) == HISTORY_MESSAGES
     assert history[0] == {"role": "user", "content": [{"text": "question 5"}]}
     assert history[-1] == {"role": "assistant", "content": [{"text": "answer 14"}]}
+
+
+# --- races and retries (what the local stack hid) ---------------------------------------------
+
+
+class Interleaving:
+    """The real boto3 client, with a hook run right after one kind of write: another handler's
+    write landing between two of this one's, as concurrent invocations on AWS can."""
+
+    def __init__(self, client, after_update_containing: str, then):
+        self._client, self._marker, self._then, self.fired = (
+            client,
+            after_update_containing,
+            then,
+            0,
+        )
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def update_item(self, **request):
+        response = self._client.update_item(**request)
+        if self._marker in request["UpdateExpression"] and not self.fired:
+            self.fired += 1
+            self._then()
+        return response
+
+
+def test_a_turn_cancelled_while_it_is_recorded_stays_cancelled(store):
+    """A cancel (or a barge-in, or a $disconnect) handled between start_turn's connection write
+    and its last write: the turn must not come back to life as running."""
+    store.put_connection("c1", "alice", "binary")
+    plain = SessionStore(store.client, store.table_name)
+    store.client = Interleaving(
+        store.client, "turn_counter", then=lambda: plain.cancel_turn("c1", "t1")
+    )
+    record, replaced = store.start_turn("c1", "t1", "bidi")
+    assert store.client.fired == 1
+    assert (record.status, record.turn, replaced) == ("cancelled", 1, None)
+    assert plain.turn_status("c1", "t1") == "cancelled"
+
+
+def test_a_disconnect_while_a_turn_is_recorded_cancels_it(store):
+    store.put_connection("c1", "alice", "binary")
+    plain = SessionStore(store.client, store.table_name)
+
+    def disconnect():
+        active = plain.mark_gone("c1")
+        plain.cancel_turn("c1", active)
+
+    store.client = Interleaving(store.client, "turn_counter", then=disconnect)
+    record, _ = store.start_turn("c1", "t1", "bidi")
+    assert record.status == "cancelled" and plain.turn_status("c1", "t1") == "cancelled"
+
+
+def test_only_one_worker_claims_a_turn(store):
+    store.put_connection("c1", "alice", "binary")
+    store.start_turn("c1", "t1", "bidi")
+    assert store.claim_turn("c1", "t1", "worker-a", 30).verdict == ClaimVerdict.CLAIMED
+    second = store.claim_turn("c1", "t1", "worker-b", 30)  # a duplicate delivery
+    assert (second.verdict, second.claimed_by) == (ClaimVerdict.HELD, "worker-a")
+    # Lambda's retry of worker-a's event (same request id): worker-a's attempt died.
+    assert store.claim_turn("c1", "t1", "worker-a", 30).verdict == ClaimVerdict.ABANDONED
+    assert store.renew_claim("c1", "t1", "worker-a", 30) is True
+    assert store.renew_claim("c1", "t1", "worker-b", 30) is False
+    # Only the claimant ends the turn.
+    assert store.finish_turn("c1", "t1", "complete", Timings(), {}, claimant="worker-b") != (
+        "complete"
+    )
+    assert store.turn_status("c1", "t1") == "running"
+    assert store.finish_turn("c1", "t1", "complete", Timings(), {}, claimant="worker-a") == (
+        "complete"
+    )
+    late = store.claim_turn("c1", "t1", "worker-c", 30)
+    assert (late.verdict, late.status) == (ClaimVerdict.ENDED, "complete")
+    assert store.claim_turn("c1", "never", "worker-c", 30).verdict == ClaimVerdict.UNKNOWN
+
+
+def test_a_claim_whose_lease_expired_is_abandoned(store):
+    store.put_connection("c1", "alice", "binary")
+    store.start_turn("c1", "t1", "bidi")
+    store.claim_turn("c1", "t1", "dead-worker", 30, now=time.time() - 120)
+    abandoned = store.claim_turn("c1", "t1", "retry", 30)
+    assert (abandoned.verdict, abandoned.claimed_by) == (ClaimVerdict.ABANDONED, "dead-worker")
+    assert store.fail_turn("c1", "t1", "internal_error") is True
+    assert store.fail_turn("c1", "t1", "internal_error") is False  # once
+    assert store.get_turn("c1", "t1")["error_code"] == "internal_error"
+    assert store.get_connection("c1").active_turn_id is None
+
+
+def test_a_turn_cancelled_before_any_worker_is_claimed_with_its_status(store):
+    store.put_connection("c1", "alice", "binary")
+    store.start_turn("c1", "t1", "bidi")
+    store.cancel_turn("c1", "t1")
+    claim = store.claim_turn("c1", "t1", "worker-a", 30)
+    assert (claim.verdict, claim.status) == (ClaimVerdict.CLAIMED, "cancelled")
+    assert store.claim_turn("c1", "t1", "worker-b", 30).verdict == ClaimVerdict.ENDED
+
+
+def test_concurrent_history_appends_lose_nothing(store):
+    store.put_connection("c1", "alice", "binary")
+    writers = 8
+    barrier = threading.Barrier(writers)
+
+    def append(number: int) -> None:
+        barrier.wait()
+        store.append_history("c1", f"question {number}", f"answer {number}")
+
+    threads = [threading.Thread(target=append, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    history = store.get_connection("c1").history
+    questions = sorted(m["content"][0]["text"] for m in history if m["role"] == "user")
+    assert questions == sorted(f"question {n}" for n in range(writers))
+    assert [m["role"] for m in history] == ["user", "assistant"] * writers
+    assert store.get_connection("c1").history_version == writers
+
+
+def test_history_is_bounded_in_bytes(store):
+    store.put_connection("c1", "alice", "binary")
+    long_answer = "word " * 6000  # 30 KB: more than one exchange may take
+    for number in range(6):
+        store.append_history("c1", f"question {number}", long_answer)
+    history = store.get_connection("c1").history
+    size = sum(len(json.dumps(m, ensure_ascii=False).encode()) for m in history)
+    assert size <= HISTORY_MAX_BYTES
+    assert history[0]["role"] == "user" and history[-1]["role"] == "assistant"
+    assert history[-2]["content"][0]["text"] == "question 5"  # the newest exchange is kept
+    assert bounded_history(history) == history

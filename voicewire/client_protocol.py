@@ -81,12 +81,29 @@ class _SpeechOptions(_Action):
     _turn_id = field_validator("turn_id")(_check_turn_id)
 
 
+TextDeltas = Literal["live", "sentence"]
+
+
 class AskAction(_SpeechOptions):
     """Ask the agent; its answer is spoken while it is written (``bidi``) or after (``batch``)."""
 
     action: Literal["ask"]
     prompt: str
     mode: str = "bidi"
+    # How the answer's text is sent: "live" coalesces text_delta frames to about one per
+    # 100 ms; "sentence" sends them only as each sentence is cut (fewer posts, same text).
+    text_deltas: str = "live"
+
+    @field_validator("text_deltas")
+    @classmethod
+    def _text_deltas_is_known(cls, value: str) -> TextDeltas:
+        if value not in ("live", "sentence"):
+            raise PydanticCustomError(
+                ErrorCode.INVALID_FIELD.value,
+                "text_deltas '{value}' is not 'live' or 'sentence'",
+                {"value": value},
+            )
+        return value  # type: ignore[return-value]
 
     @field_validator("prompt")
     @classmethod

@@ -43,6 +43,11 @@ class ErrorCode(StrEnum):
     LLM_FAILED = "llm_failed"
     SPEECH_FAILED = "speech_failed"
     INTERNAL_ERROR = "internal_error"
+    DELIVERY_FAILED = "delivery_failed"
+    WORKER_UNAVAILABLE = "worker_unavailable"
+    TURN_TIMED_OUT = "turn_timed_out"
+    TURN_EXPIRED = "turn_expired"
+    STATE_UNAVAILABLE = "state_unavailable"
 
 
 class ProtocolError(Exception):

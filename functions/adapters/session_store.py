@@ -1,14 +1,30 @@
-"""Connections and turns in DynamoDB, with conditional writes so that cancel, barge-in and
-disconnect are race-free: a turn's status only moves forward from ``running``, and only once."""
+"""Connections and turns in DynamoDB. Every state change is a conditional write, so cancel,
+barge-in, disconnect, duplicate deliveries and retries of the worker are race-free:
+
+- a turn's status only moves forward (``starting`` -> ``running`` -> ``complete`` | ``cancelled``
+  | ``failed``), and only once;
+- a turn runs in at most one worker: the worker *claims* it (``claimed_by``), and keeps its claim
+  alive with a heartbeat (``lease_until``); a second delivery of the same job finds the claim and
+  is dropped; a retry after the claimant died finds the lease expired and only ends the turn;
+- the history is appended with optimistic locking (``history_version``), so two writers never
+  lose each other's entries.
+
+It talks to DynamoDB through a boto3 *client* (thread-safe), not a resource: the worker reaches
+the store from several threads at once, and boto3 resources must not be shared between threads.
+"""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
+from enum import StrEnum
 from typing import Any, Literal
 
-from boto3.dynamodb.conditions import Attr, Key
+import boto3
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from functions.adapters.session_table import TTL_ATTRIBUTE
@@ -18,8 +34,30 @@ CONNECTION = "connection"
 TURN_PREFIX = "turn#"
 SESSION_SECONDS = 2 * 3600 + 600  # API Gateway's 2 h connection limit, and some slack
 HISTORY_MESSAGES = 20  # user and assistant messages kept for follow-up questions
+# The history's size in UTF-8 bytes of its texts: well under DynamoDB's 400 KB item limit, and
+# a bounded prompt for the model (every byte of history is paid as input tokens on every turn).
+HISTORY_MAX_BYTES = 48 * 1024
+HISTORY_WRITE_ATTEMPTS = 8  # optimistic-locking retries before giving up on one append
 
 TurnStatusValue = Literal["starting", "running", "complete", "cancelled", "failed"]
+
+# Short timeouts: the cancel watcher reads every 100 ms and must see a stuck request fail in
+# seconds, not after botocore's default 60 s read timeout; standard retries (3 attempts, with
+# jittered backoff) absorb throttling and 5xx without a second retry layer in the callers.
+DYNAMODB_CONFIG = Config(
+    connect_timeout=1,
+    read_timeout=3,
+    retries={"mode": "standard", "max_attempts": 3},
+    tcp_keepalive=True,
+)
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def dynamodb_client(**client_kwargs: Any) -> Any:
+    """The DynamoDB client the functions use (one per execution environment)."""
+    return boto3.client("dynamodb", config=DYNAMODB_CONFIG, **client_kwargs)
 
 
 class ConnectionClosed(Exception):
@@ -28,6 +66,27 @@ class ConnectionClosed(Exception):
 
 class DuplicateTurn(Exception):
     """The client reused a ``turn_id`` on this connection."""
+
+
+class HistoryConflict(Exception):
+    """Concurrent writers kept changing the history; the append was not made."""
+
+
+class ClaimVerdict(StrEnum):
+    """What a worker learns when it tries to claim its turn."""
+
+    CLAIMED = "claimed"  # this worker's turn: to run if running, else to tell it ended
+    ABANDONED = "abandoned"  # its worker died (lease expired, or a retry): end it, unspoken
+    HELD = "held"  # another worker runs it now (a duplicate delivery): drop the job
+    ENDED = "ended"  # the turn already ended (cancelled, failed, complete): drop the job
+    UNKNOWN = "unknown"  # no such turn (expired by TTL, or never recorded): drop the job
+
+
+@dataclass
+class Claim:
+    verdict: ClaimVerdict
+    status: str | None = None  # the turn's status when the claim was tried
+    claimed_by: str | None = None  # who held the turn before
 
 
 @dataclass
@@ -39,6 +98,7 @@ class ConnectionRecord:
     active_turn_id: str | None
     turn_counter: int
     history: list[dict[str, Any]] = field(default_factory=list)
+    history_version: int = 0
 
 
 @dataclass
@@ -62,6 +122,20 @@ def _to_dynamo(value: Any) -> Any:
     return value
 
 
+def _attribute(value: Any) -> dict[str, Any]:
+    return _serializer.serialize(_to_dynamo(value))
+
+
+def _values(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: _attribute(value) for name, value in values.items()}
+
+
+def _item(raw: dict[str, Any] | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    return {name: _deserializer.deserialize(value) for name, value in raw.items()}
+
+
 def _conditional_failed(error: ClientError) -> bool:
     return error.response.get("Error", {}).get("Code") in (
         "ConditionalCheckFailedException",
@@ -69,10 +143,82 @@ def _conditional_failed(error: ClientError) -> bool:
     )
 
 
+def _message_bytes(message: dict[str, Any]) -> int:
+    return len(json.dumps(message, ensure_ascii=False).encode("utf-8"))
+
+
+def bounded_history(
+    history: list[dict[str, Any]],
+    max_messages: int = HISTORY_MESSAGES,
+    max_bytes: int = HISTORY_MAX_BYTES,
+) -> list[dict[str, Any]]:
+    """The newest messages that fit both bounds, starting with a user message (converse wants
+    the conversation to open with the user)."""
+    kept: list[dict[str, Any]] = []
+    size = 0
+    for message in reversed(history):
+        size += _message_bytes(message)
+        if len(kept) == max_messages or size > max_bytes:
+            break
+        kept.append(message)
+    kept.reverse()
+    while kept and kept[0].get("role") != "user":
+        kept.pop(0)
+    return kept
+
+
+def _clipped(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` of UTF-8, never inside a character."""
+    return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
+
+
 class SessionStore:
-    def __init__(self, table: Any) -> None:
-        """``table``: a boto3 ``dynamodb`` Table resource."""
-        self.table = table
+    def __init__(self, client: Any, table_name: str) -> None:
+        """``client``: a boto3 ``dynamodb`` client (thread-safe, shared by the threads)."""
+        self.client = client
+        self.table_name = table_name
+
+    # --- low level ------------------------------------------------------------------------
+
+    def _key(self, connection_id: str, sort_key: str) -> dict[str, Any]:
+        return {"pk": {"S": connection_id}, "sk": {"S": sort_key}}
+
+    def _get(self, connection_id: str, sort_key: str) -> dict[str, Any] | None:
+        response = self.client.get_item(
+            TableName=self.table_name, Key=self._key(connection_id, sort_key), ConsistentRead=True
+        )
+        return _item(response.get("Item"))
+
+    def _update(
+        self,
+        connection_id: str,
+        sort_key: str,
+        update: str,
+        values: dict[str, Any] | None = None,
+        condition: str | None = None,
+        names: dict[str, str] | None = None,
+        returns: str = "NONE",
+    ) -> dict[str, Any] | None:
+        """One UpdateItem; returns the attributes asked for, or None when ``condition`` failed."""
+        request: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Key": self._key(connection_id, sort_key),
+            "UpdateExpression": update,
+            "ReturnValues": returns,
+        }
+        if values:
+            request["ExpressionAttributeValues"] = _values(values)
+        if names:
+            request["ExpressionAttributeNames"] = names
+        if condition:
+            request["ConditionExpression"] = condition
+        try:
+            response = self.client.update_item(**request)
+        except ClientError as error:
+            if _conditional_failed(error):
+                return None
+            raise
+        return _item(response.get("Attributes")) or {}
 
     # --- connections ----------------------------------------------------------------------
 
@@ -80,24 +226,22 @@ class SessionStore:
         self, connection_id: str, principal: str, audio: AudioDelivery, now: float | None = None
     ) -> None:
         now = now or time.time()
-        self.table.put_item(
-            Item={
-                "pk": connection_id,
-                "sk": CONNECTION,
-                "principal": principal,
-                "audio": audio,
-                "status": "open",
-                "connected_at": _to_dynamo(now),
-                "turn_counter": 0,
-                "history": [],
-                TTL_ATTRIBUTE: int(now) + SESSION_SECONDS,
-            }
-        )
+        item = {
+            "pk": connection_id,
+            "sk": CONNECTION,
+            "principal": principal,
+            "audio": audio,
+            "status": "open",
+            "connected_at": now,
+            "turn_counter": 0,
+            "history": [],
+            "history_version": 0,
+            TTL_ATTRIBUTE: int(now) + SESSION_SECONDS,
+        }
+        self.client.put_item(TableName=self.table_name, Item=_values(item))
 
     def get_connection(self, connection_id: str) -> ConnectionRecord | None:
-        item = self.table.get_item(
-            Key={"pk": connection_id, "sk": CONNECTION}, ConsistentRead=True
-        ).get("Item")
+        item = self._get(connection_id, CONNECTION)
         if item is None:
             return None
         return ConnectionRecord(
@@ -108,24 +252,16 @@ class SessionStore:
             item.get("active_turn_id"),
             int(item.get("turn_counter", 0)),
             list(item.get("history", [])),
+            int(item.get("history_version", 0)),
         )
 
     def mark_gone(self, connection_id: str) -> str | None:
         """Mark the connection gone; returns its active turn id (to cancel), if any."""
-        try:
-            old = self.table.update_item(
-                Key={"pk": connection_id, "sk": CONNECTION},
-                UpdateExpression="SET #status = :gone",
-                ConditionExpression=Attr("pk").exists(),
-                ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues={":gone": "gone"},
-                ReturnValues="ALL_OLD",
-            )["Attributes"]
-        except ClientError as error:
-            if _conditional_failed(error):
-                return None
-            raise
-        return old.get("active_turn_id")
+        old = self._update(
+            connection_id, CONNECTION, "SET #status = :gone",
+            {":gone": "gone"}, "attribute_exists(pk)", {"#status": "status"}, "ALL_OLD",
+        )  # fmt: skip
+        return None if old is None else old.get("active_turn_id")
 
     # --- turns ----------------------------------------------------------------------------
 
@@ -134,55 +270,64 @@ class SessionStore:
     ) -> tuple[TurnRecord, str | None]:
         """Record a new turn and make it the active one; returns it and the turn it replaces.
 
-        The turn item is written first, conditionally (a reused ``turn_id`` fails there), then
-        the connection's counter and active turn move in one conditional update (the connection
-        must be open). The replaced turn, if it was still running, is cancelled by the caller.
+        Three conditional writes: the turn item, ``starting`` (a reused ``turn_id`` fails
+        there); the connection's counter and active turn (the connection must be open); the turn
+        ``running``, only if it is still ``starting``. A cancel, a barge-in or a disconnect
+        handled between the writes cancels the starting turn, and the last write then leaves it
+        cancelled: the record comes back with status ``cancelled`` and no worker must run it.
+        The replaced turn, if it was still running, is cancelled by the caller.
         """
         now = now or time.time()
+        item = {
+            "pk": connection_id,
+            "sk": TURN_PREFIX + turn_id,
+            "mode": mode,
+            "status": "starting",
+            "accepted_at": now,
+            TTL_ATTRIBUTE: int(now) + SESSION_SECONDS,
+        }
         try:
-            self.table.put_item(
-                Item={
-                    "pk": connection_id,
-                    "sk": TURN_PREFIX + turn_id,
-                    "mode": mode,
-                    "status": "starting",
-                    "accepted_at": _to_dynamo(now),
-                    TTL_ATTRIBUTE: int(now) + SESSION_SECONDS,
-                },
-                ConditionExpression=Attr("pk").not_exists(),
+            self.client.put_item(
+                TableName=self.table_name,
+                Item=_values(item),
+                ConditionExpression="attribute_not_exists(pk)",
             )
         except ClientError as error:
             if _conditional_failed(error):
                 raise DuplicateTurn(turn_id) from None
             raise
-        try:
-            old = self.table.update_item(
-                Key={"pk": connection_id, "sk": CONNECTION},
-                UpdateExpression="SET turn_counter = turn_counter + :one, active_turn_id = :turn",
-                ConditionExpression=Attr("pk").exists() & Attr("status").eq("open"),
-                ExpressionAttributeValues={":one": 1, ":turn": turn_id},
-                ReturnValues="ALL_OLD",
-            )["Attributes"]
-        except ClientError as error:
-            if _conditional_failed(error):
-                self._set_status(connection_id, turn_id, "failed", expect=("starting",))
-                raise ConnectionClosed(connection_id) from None
-            raise
-        number = int(old.get("turn_counter", 0)) + 1
-        self.table.update_item(
-            Key={"pk": connection_id, "sk": TURN_PREFIX + turn_id},
-            UpdateExpression="SET turn = :turn, #status = :running",
-            ExpressionAttributeNames={"#status": "status"},
-            ExpressionAttributeValues={":turn": number, ":running": "running"},
+        old = self._update(
+            connection_id,
+            CONNECTION,
+            "SET turn_counter = turn_counter + :one, active_turn_id = :turn",
+            {":one": 1, ":turn": turn_id, ":open": "open"},
+            "attribute_exists(pk) AND #status = :open",
+            {"#status": "status"},
+            "ALL_OLD",
         )
+        if old is None:
+            self._set_status(connection_id, turn_id, "failed", expect=("starting",))
+            raise ConnectionClosed(connection_id)
+        number = int(old.get("turn_counter", 0)) + 1
+        running = self._update(
+            connection_id,
+            TURN_PREFIX + turn_id,
+            "SET turn = :turn, #status = :running",
+            {":turn": number, ":running": "running", ":starting": "starting"},
+            "#status = :starting",
+            {"#status": "status"},
+        )
+        if running is None:  # cancelled between the writes: it stays cancelled, with its number
+            self._update(
+                connection_id, TURN_PREFIX + turn_id, "SET turn = :turn", {":turn": number}
+            )
         audio = old.get("audio", "binary")
-        record = TurnRecord(connection_id, turn_id, number, mode, "running", now, audio)
+        status: TurnStatusValue = "running" if running is not None else "cancelled"
+        record = TurnRecord(connection_id, turn_id, number, mode, status, now, audio)
         return record, old.get("active_turn_id")
 
     def get_turn(self, connection_id: str, turn_id: str) -> dict[str, Any] | None:
-        return self.table.get_item(
-            Key={"pk": connection_id, "sk": TURN_PREFIX + turn_id}, ConsistentRead=True
-        ).get("Item")
+        return self._get(connection_id, TURN_PREFIX + turn_id)
 
     def turn_status(self, connection_id: str, turn_id: str) -> str | None:
         item = self.get_turn(connection_id, turn_id)
@@ -192,6 +337,54 @@ class SessionStore:
         """Cancel a turn that is still starting or running; False if it had already ended."""
         return self._set_status(connection_id, turn_id, "cancelled", expect=("starting", "running"))
 
+    def claim_turn(
+        self, connection_id: str, turn_id: str, claimant: str, lease_seconds: float,
+        now: float | None = None,
+    ) -> Claim:  # fmt: skip
+        """Make ``claimant`` (a worker invocation) the one worker of this turn.
+
+        The first claim wins whatever the turn's status: a turn cancelled before any worker
+        took it is ``CLAIMED`` with its status, and its worker only tells the client it ended.
+        """
+        now = now or time.time()
+        claimed = self._update(
+            connection_id,
+            TURN_PREFIX + turn_id,
+            "SET claimed_by = :me, lease_until = :until, claimed_at = :now",
+            {":me": claimant, ":until": now + lease_seconds, ":now": now},
+            "attribute_exists(pk) AND attribute_not_exists(claimed_by)",
+            returns="ALL_NEW",
+        )
+        if claimed is not None:
+            return Claim(ClaimVerdict.CLAIMED, str(claimed.get("status")))
+        item = self.get_turn(connection_id, turn_id)
+        if item is None:
+            return Claim(ClaimVerdict.UNKNOWN)
+        status, holder = str(item["status"]), item.get("claimed_by")
+        if status != "running":
+            return Claim(ClaimVerdict.ENDED, status, holder)
+        if holder == claimant:
+            # Lambda retries an event under the same request id, and only once the attempt
+            # before has ended: this claimant's earlier attempt died with the turn running.
+            return Claim(ClaimVerdict.ABANDONED, status, holder)
+        if float(item.get("lease_until", 0)) >= now:
+            return Claim(ClaimVerdict.HELD, status, holder)
+        return Claim(ClaimVerdict.ABANDONED, status, holder)
+
+    def renew_claim(
+        self, connection_id: str, turn_id: str, claimant: str, lease_seconds: float
+    ) -> bool:
+        """Extend the claim's lease; False if the turn is no longer running or no longer ours."""
+        renewed = self._update(
+            connection_id,
+            TURN_PREFIX + turn_id,
+            "SET lease_until = :until",
+            {":until": time.time() + lease_seconds, ":me": claimant, ":running": "running"},
+            "#status = :running AND claimed_by = :me",
+            {"#status": "status"},
+        )
+        return renewed is not None
+
     def finish_turn(
         self,
         connection_id: str,
@@ -200,89 +393,125 @@ class SessionStore:
         timings: Timings,
         counts: dict[str, int],
         stop_reason: str | None = None,
+        claimant: str | None = None,
+        error_code: str | None = None,
     ) -> TurnStatusValue:
-        """Record how the turn ended. A turn cancelled meanwhile stays cancelled (and that is
-        the status returned), but its figures are still recorded."""
-        values = {
+        """Record how the turn ended. A turn that ended meanwhile (cancelled) keeps its status,
+        which is returned, but its figures are still recorded. With ``claimant``, only the
+        worker holding the turn's claim can end it."""
+        values: dict[str, Any] = {
             ":status": status,
-            ":timings": _to_dynamo(timings.model_dump()),
+            ":running": "running",
+            ":timings": timings.model_dump(),
+            ":ended_at": time.time(),
             **{f":{key}": value for key, value in counts.items()},
         }
-        counters = ", ".join(f"{key} = :{key}" for key in counts)
-        extra = ", stop_reason = :stop" if stop_reason else ""
-        if stop_reason:
-            values[":stop"] = stop_reason
-        key = {"pk": connection_id, "sk": TURN_PREFIX + turn_id}
-        try:
-            self.table.update_item(
-                Key=key,
-                UpdateExpression=f"SET #status = :status, timings = :timings, {counters}{extra}",
-                ConditionExpression=Attr("status").eq("running"),
-                ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues=values,
+        sets = ["timings = :timings", "ended_at = :ended_at"]
+        sets += [f"{key} = :{key}" for key in counts]
+        for name, value in (("stop_reason", stop_reason), ("error_code", error_code)):
+            if value:
+                values[f":{name}"] = value
+                sets.append(f"{name} = :{name}")
+        condition = "#status = :running"
+        if claimant is not None:
+            values[":me"] = claimant
+            condition += " AND claimed_by = :me"
+        key = TURN_PREFIX + turn_id
+        names = {"#status": "status"}
+        ended = self._update(
+            connection_id, key, "SET #status = :status, " + ", ".join(sets), values, condition,
+            names,
+        )  # fmt: skip
+        final: TurnStatusValue = status
+        if ended is None:
+            del values[":status"], values[":running"]
+            mine = "claimed_by = :me" if claimant is not None else None
+            after = self._update(
+                connection_id, key, "SET " + ", ".join(sets), values, mine, None, "ALL_NEW"
             )
-            final: TurnStatusValue = status
-        except ClientError as error:
-            if not _conditional_failed(error):
-                raise
-            del values[":status"]
-            self.table.update_item(
-                Key=key,
-                UpdateExpression=f"SET timings = :timings, {counters}{extra}",
-                ExpressionAttributeValues=values,
-            )
-            final = "cancelled"
+            current = after.get("status") if after else self.turn_status(connection_id, turn_id)
+            final = current if current in ("complete", "cancelled", "failed") else "cancelled"  # type: ignore[assignment]
         self._clear_active(connection_id, turn_id)
         return final
 
     def _clear_active(self, connection_id: str, turn_id: str) -> None:
-        try:
-            self.table.update_item(
-                Key={"pk": connection_id, "sk": CONNECTION},
-                UpdateExpression="REMOVE active_turn_id",
-                ConditionExpression=Attr("active_turn_id").eq(turn_id),
-            )
-        except ClientError as error:
-            if not _conditional_failed(error):
-                raise
+        self._update(
+            connection_id, CONNECTION, "REMOVE active_turn_id", {":turn": turn_id},
+            "active_turn_id = :turn",
+        )  # fmt: skip
 
     def _set_status(
         self, connection_id: str, turn_id: str, status: str, expect: tuple[str, ...]
     ) -> bool:
-        condition = Attr("status").is_in(list(expect))
-        try:
-            self.table.update_item(
-                Key={"pk": connection_id, "sk": TURN_PREFIX + turn_id},
-                UpdateExpression="SET #status = :status",
-                ConditionExpression=condition,
-                ExpressionAttributeNames={"#status": "status"},
-                ExpressionAttributeValues={":status": status},
+        allowed = {f":expect{index}": value for index, value in enumerate(expect)}
+        return (
+            self._update(
+                connection_id,
+                TURN_PREFIX + turn_id,
+                "SET #status = :status",
+                {":status": status, **allowed},
+                f"#status IN ({', '.join(allowed)})",
+                {"#status": "status"},
             )
-        except ClientError as error:
-            if _conditional_failed(error):
-                return False
-            raise
-        return True
+            is not None
+        )
+
+    def fail_turn(self, connection_id: str, turn_id: str, error_code: str) -> bool:
+        """End a turn that never reached a worker (or whose worker died) as ``failed``; False if
+        it had already ended. Clears it as the connection's active turn."""
+        failed = self._update(
+            connection_id,
+            TURN_PREFIX + turn_id,
+            "SET #status = :failed, error_code = :code, ended_at = :now",
+            {
+                ":failed": "failed", ":code": error_code, ":now": time.time(),
+                ":starting": "starting", ":running": "running",
+            },
+            "#status IN (:starting, :running)",
+            {"#status": "status"},
+        )  # fmt: skip
+        self._clear_active(connection_id, turn_id)
+        return failed is not None
 
     # --- conversation history -------------------------------------------------------------
 
-    def append_history(self, connection_id: str, prompt: str, answer: str) -> None:
-        """Keep the last ``HISTORY_MESSAGES`` messages, in converse format, for follow-ups."""
-        record = self.get_connection(connection_id)
-        if record is None:
-            return
-        history = [
-            *record.history,
-            {"role": "user", "content": [{"text": prompt}]},
-            {"role": "assistant", "content": [{"text": answer}]},
-        ][-HISTORY_MESSAGES:]
-        self.table.update_item(
-            Key={"pk": connection_id, "sk": CONNECTION},
-            UpdateExpression="SET history = :history",
-            ExpressionAttributeValues={":history": history},
-        )
+    def append_history(self, connection_id: str, prompt: str, answer: str) -> bool:
+        """Add a question and its answer to the history kept for follow-ups, bounded by
+        ``HISTORY_MESSAGES`` and ``HISTORY_MAX_BYTES``. Concurrent appends are serialized by a
+        version check (read, then write only if nobody wrote in between; else read again), so
+        none is lost. False if the connection is gone from the table."""
+        budget = HISTORY_MAX_BYTES // 2  # one exchange never takes more than half the budget
+        exchange = [
+            {"role": "user", "content": [{"text": _clipped(prompt, budget // 4)}]},
+            {"role": "assistant", "content": [{"text": _clipped(answer, budget // 2)}]},
+        ]
+        for _ in range(HISTORY_WRITE_ATTEMPTS):
+            record = self.get_connection(connection_id)
+            if record is None:
+                return False
+            history = bounded_history([*record.history, *exchange])
+            written = self._update(
+                connection_id,
+                CONNECTION,
+                "SET history = :history, history_version = :next",
+                {
+                    ":history": history,
+                    ":next": record.history_version + 1,
+                    ":seen": record.history_version,
+                },
+                "history_version = :seen"
+                if record.history_version
+                else "attribute_not_exists(history_version) OR history_version = :seen",
+            )
+            if written is not None:
+                return True
+        raise HistoryConflict(connection_id)
 
     def turns(self, connection_id: str) -> list[dict[str, Any]]:
-        return self.table.query(
-            KeyConditionExpression=Key("pk").eq(connection_id) & Key("sk").begins_with(TURN_PREFIX)
-        )["Items"]
+        response = self.client.query(
+            TableName=self.table_name,
+            KeyConditionExpression="pk = :pk AND begins_with(sk, :turn)",
+            ExpressionAttributeValues=_values({":pk": connection_id, ":turn": TURN_PREFIX}),
+            ConsistentRead=True,
+        )
+        return [_item(raw) or {} for raw in response["Items"]]

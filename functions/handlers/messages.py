@@ -14,7 +14,8 @@ import uuid
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel
 
 from functions.adapters.session_store import ConnectionClosed, DuplicateTurn
 from functions.events import MessageEvent
@@ -25,6 +26,9 @@ from voicewire.client_protocol import (
     AskAction,
     CancelAction,
     SpeakAction,
+    Timings,
+    TurnEnd,
+    TurnStart,
     dump_control,
     parse_action,
 )
@@ -35,23 +39,35 @@ OK = {"statusCode": 200}
 
 
 def callback_url(event: MessageEvent, adapters: Adapters) -> str:
-    if adapters.settings.callback_url:
-        return adapters.settings.callback_url
+    """The ``@connections`` endpoint: the configured one, else the API's own execute-api URL.
+
+    Not the event's ``domainName``: behind a custom domain that is the custom name, whose path
+    maps to the stage (``https://voice.example.com/`` has no ``/{stage}/@connections``)."""
+    settings = adapters.settings
+    if settings.callback_url:
+        return settings.callback_url
     context = event.request_context
-    return f"https://{context.domain_name}/{context.stage}"
+    if settings.region is None:
+        raise RuntimeError("AWS_REGION is not set and no VOICEWIRE_CALLBACK_URL is configured")
+    return f"https://{context.api_id}.execute-api.{settings.region}.amazonaws.com/{context.stage}"
 
 
 def send_error(
     adapters: Adapters, url: str, connection_id: str, code: ErrorCode, message: str,
     turn_id: str | None = None,
 ) -> None:  # fmt: skip
-    frame = ErrorFrame(code=code, message=message, turn_id=turn_id)
-    try:
-        adapters.management_client(url).post_to_connection(
-            ConnectionId=connection_id, Data=dump_control(frame)
-        )
-    except ClientError as error:  # the client left: nobody to tell
-        logger.info("could not deliver an error frame", code=str(code), reason=str(error))
+    tell(adapters, url, connection_id, [ErrorFrame(code=code, message=message, turn_id=turn_id)])
+
+
+def tell(adapters: Adapters, url: str, connection_id: str, frames: list[BaseModel]) -> None:
+    """Post control frames in order, best effort: a client that left cannot be told."""
+    client = adapters.management_client(url)
+    for frame in frames:
+        try:
+            client.post_to_connection(ConnectionId=connection_id, Data=dump_control(frame))
+        except (ClientError, BotoCoreError) as error:
+            logger.info("could not deliver a frame", frame=frame.type, reason=str(error))  # type: ignore[attr-defined]
+            return
 
 
 def handle_message(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
@@ -110,6 +126,16 @@ def start_turn(
         return
     if replaced is not None and adapters.store.cancel_turn(connection_id, replaced):
         logger.info("barge-in: previous turn cancelled", turn_id=replaced)
+    if turn.status != "running":
+        # Cancelled while it was being recorded (a cancel, a newer turn, a disconnect handled
+        # at the same time): no worker runs it, and the client hears that it ended.
+        tell(adapters, url, connection_id, [
+            TurnStart(turn_id=turn_id, turn=turn.turn, mode=mode),  # type: ignore[arg-type]
+            TurnEnd(turn_id=turn_id, status=turn.status, timings=Timings(),  # type: ignore[arg-type]
+                    audio_bytes=0, audio_frames=0),
+        ])  # fmt: skip
+        logger.info("turn cancelled before it started", turn_id=turn_id)
+        return
     job = WorkerJob(
         connection_id=connection_id,
         turn_id=turn_id,
@@ -122,12 +148,32 @@ def start_turn(
         accepted_at=accepted_at,
         callback_url=url,
         audio=turn.audio,
+        text_deltas=action.text_deltas if isinstance(action, AskAction) else "live",
     )
-    adapters.lambda_client.invoke(
-        FunctionName=adapters.settings.worker_function,
-        InvocationType="Event",
-        Payload=job.model_dump_json().encode(),
-    )
+    try:
+        adapters.lambda_client.invoke(
+            FunctionName=adapters.settings.worker_function,
+            InvocationType="Event",
+            Payload=job.model_dump_json().encode(),
+        )
+    except (ClientError, BotoCoreError) as error:
+        # Throttled, the function missing, the network: no worker will run this turn, so it
+        # must not stay active; the client hears why, and the connection stays usable.
+        logger.exception("the worker could not be invoked", turn_id=turn_id)
+        adapters.store.fail_turn(connection_id, turn_id, ErrorCode.WORKER_UNAVAILABLE)
+        code = (
+            error.response.get("Error", {}).get("Code", "")
+            if isinstance(error, ClientError)
+            else type(error).__name__
+        )
+        tell(adapters, url, connection_id, [
+            TurnStart(turn_id=turn_id, turn=turn.turn, mode=mode),  # type: ignore[arg-type]
+            ErrorFrame(code=ErrorCode.WORKER_UNAVAILABLE, turn_id=turn_id,
+                       message=f"the turn's worker could not be started ({code})"),
+            TurnEnd(turn_id=turn_id, status="failed", timings=Timings(),
+                    audio_bytes=0, audio_frames=0),
+        ])  # fmt: skip
+        return
     logger.info("turn accepted", turn_id=turn_id, turn=turn.turn, mode=mode)
 
 

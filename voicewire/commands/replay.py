@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> None:
             callback_url=None,
             voices=None,
             system_prompt="",
+            region="us-east-1",
         )
         adapters = Adapters.from_env(settings)
         adapters.management_client_for = lambda url: poster

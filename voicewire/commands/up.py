@@ -34,6 +34,17 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=["onnx", "torch"], default=None)
     parser.add_argument("--voice", default=None, help="the speech server's default voice")
     parser.add_argument("--verbose", action="store_true", help="show the functions' JSON logs")
+    parser.add_argument(
+        "--ordered-messages",
+        action="store_true",
+        help="handle a connection's messages one at a time (API Gateway does not)",
+    )
+    parser.add_argument(
+        "--post-latency-ms",
+        type=float,
+        default=0.0,
+        help="add this latency to every @connections post (tens of ms on AWS)",
+    )
 
 
 def stack_options(args: argparse.Namespace, port: int) -> object:
@@ -49,6 +60,8 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         dynamodb_endpoint=args.dynamodb_endpoint,
         tokens=getattr(args, "tokens", False),
         engine=EngineSettings.from_env(engine=args.engine, voice=args.voice),
+        ordered_messages=args.ordered_messages,
+        post_latency_ms=args.post_latency_ms,
     )
 
 

@@ -11,6 +11,12 @@ the ``@connections`` management API, so the functions' boto3 code runs unchanged
   ``PayloadTooLargeException`` over 128 KB. ``GET`` returns the connection's info, ``DELETE``
   closes it.
 - ``GET /``: the browser page (``web/index.html``).
+
+As unkind as AWS, by default: the messages of one connection are handled concurrently (API
+Gateway invokes the route's function for each message as it arrives, and nothing orders two
+invocations), and ``@connections`` posts can be given a latency (a signed HTTPS round trip on
+AWS takes tens of ms) and throttled on request (``PostFaults``). ``ordered_messages=True`` handles
+one message at a time per connection, in arrival order, for a person trying things by hand.
 """
 
 from __future__ import annotations
@@ -54,6 +60,19 @@ class GatewayFunctions:
     disconnect: Handler
     message: Handler
     authorizer: Handler | None = None  # None: no token needed
+
+
+@dataclass
+class PostFaults:
+    """What the ``@connections`` API does to posts, to show their cost locally."""
+
+    latency_seconds: float = 0.0  # added to every POST, outside the connection's send lock
+    throttle_next: int = 0  # the next N posts answer 429 LimitExceededException
+    fail_next: int = 0  # the next N posts answer ``fail_status`` with ``fail_code``
+    fail_status: int = 403
+    fail_code: str = "ForbiddenException"
+    posts: int = 0  # every POST received (including throttled and failed ones)
+    throttled: int = 0
 
 
 @dataclass
@@ -106,10 +125,19 @@ def route_for(body: str) -> str:
 
 
 class Gateway:
-    def __init__(self, functions: GatewayFunctions, page: Path | None = None) -> None:
+    def __init__(
+        self,
+        functions: GatewayFunctions,
+        page: Path | None = None,
+        ordered_messages: bool = False,
+        post_faults: PostFaults | None = None,
+    ) -> None:
         self.functions = functions
         self.page = page
+        self.ordered_messages = ordered_messages
+        self.post_faults = post_faults or PostFaults()
         self.connections: dict[str, LocalConnection] = {}
+        self._handling: set[asyncio.Task[Any]] = set()
 
     def app(self) -> Starlette:
         return Starlette(
@@ -226,9 +254,19 @@ class Gateway:
                 "body": body,
                 "isBase64Encoded": False,
             }
-            # One message at a time per connection, in arrival order: "ask" then "cancel"
-            # must reach the functions in that order.
-            await asyncio.to_thread(self.functions.message, event)
+            if self.ordered_messages:
+                await asyncio.to_thread(self.functions.message, event)
+                continue
+            # As API Gateway: each message's invocation starts as it arrives, and a "cancel"
+            # right after an "ask" may be handled before it, or while it runs.
+            task = asyncio.create_task(asyncio.to_thread(self.functions.message, event))
+            self._handling.add(task)
+            task.add_done_callback(self._handled)
+
+    def _handled(self, task: asyncio.Task[Any]) -> None:
+        self._handling.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("the message function failed", exc_info=task.exception())
 
     async def _close(self, connection: LocalConnection, code: int, reason: str) -> None:
         connection.open = False
@@ -258,6 +296,17 @@ class Gateway:
             await self._close(connection, 1000, "Closed by the server")
             return Response(status_code=204)
         data = await request.body()
+        faults = self.post_faults
+        faults.posts += 1
+        if faults.latency_seconds:
+            await asyncio.sleep(faults.latency_seconds)
+        if faults.throttle_next > 0:
+            faults.throttle_next -= 1
+            faults.throttled += 1
+            return _aws_error(429, "LimitExceededException", "Rate exceeded")
+        if faults.fail_next > 0:
+            faults.fail_next -= 1
+            return _aws_error(faults.fail_status, faults.fail_code, "Injected failure")
         if len(data) > MAX_MESSAGE_BYTES:
             return _aws_error(413, "PayloadTooLargeException", "Payload is over 128 KB")
         async with connection.send_lock:

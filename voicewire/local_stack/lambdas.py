@@ -1,17 +1,46 @@
 """The Lambda functions, in-process and unchanged: each handler is called with its event and a
-context, as the Lambda service would; ``InvocationType="Event"`` runs the worker on a background
-thread and answers 202 at once, as the service does."""
+context, as the Lambda service would.
+
+``InvocationType="Event"`` answers 202 at once and runs the function on a background thread, as
+unkindly as Lambda does (``AsyncBehaviour``): a failed invocation is run again after a delay,
+with the same request id (Lambda retries twice, ~1 and ~2 minutes later; the local delays are
+shorter), and an event can be delivered twice on request (Lambda's queue may do so even when
+nothing failed). The context's remaining time counts down from the function's timeout.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from functions.worker_policy import WORKER_POLICY
+
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AsyncBehaviour:
+    """How asynchronous invocations are delivered and retried."""
+
+    retry_delays: tuple[float, ...] = (1.0, 2.0)  # one delay per retry; () turns retries off
+    timeout_seconds: float = WORKER_POLICY.timeout_seconds
+    duplicate_next: int = 0  # deliver each of the next N events twice (a second request id)
+
+
+@dataclass
+class InvocationRecord:
+    """One run of a function, for tests and logs."""
+
+    name: str
+    request_id: str
+    attempt: int  # 0: the first delivery; 1, 2: Lambda's retries
+    duplicate: bool = False
+    error: str | None = None  # repr of what it raised, if it failed
 
 
 @dataclass
@@ -19,19 +48,22 @@ class LocalLambdaContext:
     function_name: str
     memory_limit_in_mb: int = 1024
     aws_request_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    timeout_seconds: float = WORKER_POLICY.timeout_seconds
+    started: float = field(default_factory=time.monotonic)
 
     @property
     def invoked_function_arn(self) -> str:
         return f"arn:aws:lambda:local:000000000000:function:{self.function_name}"
 
     def get_remaining_time_in_millis(self) -> int:
-        return 900_000
+        left = self.started + self.timeout_seconds - time.monotonic()
+        return max(0, int(left * 1000))
 
 
 class LocalFunctions:
     """Calls the real handler modules (``functions.handlers.*``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, behaviour: AsyncBehaviour | None = None) -> None:
         from functions.handlers import authorizer, connect, disconnect, messages, worker
 
         self.modules = {
@@ -41,26 +73,65 @@ class LocalFunctions:
             "messages": messages,
             "worker": worker,
         }
+        self.behaviour = behaviour or AsyncBehaviour()
+        self.invocations: list[InvocationRecord] = []
         self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
 
-    def call(self, name: str, event: dict[str, Any]) -> dict[str, Any]:
-        return self.modules[name].handler(event, LocalLambdaContext(f"voicewire-{name}"))
+    def call(
+        self, name: str, event: dict[str, Any], context: LocalLambdaContext | None = None
+    ) -> dict[str, Any]:
+        context = context or LocalLambdaContext(f"voicewire-{name}")
+        return self.modules[name].handler(event, context)
 
     def invoke_in_background(self, name: str, event: dict[str, Any]) -> None:
-        def run() -> None:
-            try:
-                self.call(name, event)
-            except Exception:  # a real async invocation's failure lands in its logs too
-                logger.exception("%s failed", name)
+        with self._lock:
+            duplicate = self.behaviour.duplicate_next > 0
+            if duplicate:
+                self.behaviour.duplicate_next -= 1
+        self._start(name, event, duplicate=False)
+        if duplicate:
+            self._start(name, event, duplicate=True)
 
-        thread = threading.Thread(target=run, name=f"lambda-{name}", daemon=True)
-        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+    def _start(self, name: str, event: dict[str, Any], duplicate: bool) -> None:
+        request_id = str(uuid.uuid4())
+        thread = threading.Thread(
+            target=self._deliver, args=(name, event, request_id, duplicate),
+            name=f"lambda-{name}", daemon=True,
+        )  # fmt: skip
+        with self._lock:
+            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
+
+    def _deliver(self, name: str, event: dict[str, Any], request_id: str, duplicate: bool) -> None:
+        delays = self.behaviour.retry_delays
+        for attempt in range(len(delays) + 1):
+            record = InvocationRecord(name, request_id, attempt, duplicate)
+            with self._lock:
+                self.invocations.append(record)
+            context = LocalLambdaContext(
+                f"voicewire-{name}", aws_request_id=request_id,
+                timeout_seconds=self.behaviour.timeout_seconds,
+            )  # fmt: skip
+            try:
+                self.call(name, event, context)
+                return
+            except Exception as error:  # a real async invocation's failure lands in its logs
+                record.error = repr(error)
+                logger.exception("%s failed (attempt %d)", name, attempt + 1)
+            if attempt < len(delays):
+                time.sleep(delays[attempt])
+        logger.error("%s: event dropped after %d attempts", name, len(delays) + 1)
 
     def wait(self, timeout: float = 30) -> None:
         """Let background invocations finish (for a clean shutdown)."""
-        for thread in list(self._threads):
-            thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                alive = [t for t in self._threads if t.is_alive()]
+            if not alive or time.monotonic() > deadline:
+                return
+            alive[0].join(max(0.0, deadline - time.monotonic()))
 
 
 @dataclass
@@ -69,10 +140,14 @@ class LocalLambdaClient:
 
     functions: LocalFunctions
     names: dict[str, str]  # function name -> handler module name
+    refuse_next: int = 0  # the next N invokes fail as Lambda's throttling would (429)
 
     def invoke(
         self, FunctionName: str, InvocationType: str = "RequestResponse", Payload: bytes = b"{}"
     ) -> dict[str, Any]:
+        if self.refuse_next > 0:
+            self.refuse_next -= 1
+            raise _too_many_requests()
         module = self.names[FunctionName]
         event = json.loads(Payload)
         if InvocationType == "Event":
@@ -80,3 +155,15 @@ class LocalLambdaClient:
             return {"StatusCode": 202}
         result = self.functions.call(module, event)
         return {"StatusCode": 200, "Payload": json.dumps(result).encode()}
+
+
+def _too_many_requests() -> Exception:
+    from botocore.exceptions import ClientError
+
+    return ClientError(
+        {
+            "Error": {"Code": "TooManyRequestsException", "Message": "Rate Exceeded."},
+            "ResponseMetadata": {"HTTPStatusCode": 429},
+        },
+        "Invoke",
+    )

@@ -54,6 +54,12 @@ class StackOptions:
     tokens: bool = False  # require a signed ?token= on connect (the authorizer runs)
     engine: EngineSettings = field(default_factory=EngineSettings)
     llm_pace: float = 1.0  # replay LLM: 1.0 plays recordings at their recorded pace
+    # As unkind as AWS (see gateway.py and lambdas.py): messages of a connection handled
+    # concurrently, failed async invocations retried (Lambda waits ~1 and ~2 minutes; locally
+    # these delays), @connections posts with a latency (0: in-process speed).
+    ordered_messages: bool = False
+    async_retry_delays: tuple[float, ...] = (1.0, 2.0)
+    post_latency_ms: float = 0.0
 
 
 @dataclass
@@ -92,6 +98,7 @@ class LocalStack:
         self._speech_process: subprocess.Popen[str] | None = None
         self._previous_adapters: Any = None
         self._runtime: Any = None
+        self._bedrock: Any = None
         self._tls_dir: Path | None = None
         self.tls: Any = None
         self.adapters: Any = None
@@ -155,10 +162,10 @@ class LocalStack:
         runtime_socket: socket.socket,
     ) -> None:
         options = self.options
+        from functions.adapters.session_store import dynamodb_client
+
         endpoint = options.dynamodb_endpoint or self._start_moto()
-        dynamodb = boto3.resource(
-            "dynamodb", endpoint_url=endpoint, region_name=REGION, **LOCAL_CREDENTIALS
-        )
+        dynamodb = dynamodb_client(endpoint_url=endpoint, region_name=REGION, **LOCAL_CREDENTIALS)
         self._ensure_table(dynamodb)
 
         self.progress(f"speech server: loading Kokoro-82M ({options.engine.engine} engine)...")
@@ -166,10 +173,11 @@ class LocalStack:
         voices = self._wait_for_speech()
         self._start_runtime(runtime_socket)
 
+        from functions.adapters.relay import management_client
         from functions.settings import Settings
         from functions.wiring import Adapters, use_adapters
-        from voicewire.local_stack.gateway import Gateway, GatewayFunctions
-        from voicewire.local_stack.lambdas import LocalFunctions, LocalLambdaClient
+        from voicewire.local_stack.gateway import Gateway, GatewayFunctions, PostFaults
+        from voicewire.local_stack.lambdas import AsyncBehaviour, LocalFunctions, LocalLambdaClient
 
         settings = Settings(
             table_name=TABLE_NAME,
@@ -182,14 +190,15 @@ class LocalStack:
             voices=voices,
             system_prompt="You are a helpful voice assistant. Answer in short spoken sentences.",
             speech_session_reuse=options.keep_speech_sessions,
+            region=REGION,
         )
-        self.functions = LocalFunctions()
+        self.functions = LocalFunctions(AsyncBehaviour(retry_delays=options.async_retry_delays))
         adapters = Adapters(
             settings=settings,
             dynamodb=dynamodb,
             lambda_client=LocalLambdaClient(self.functions, {WORKER_FUNCTION: "worker"}),
-            management_client_for=lambda url: boto3.client(
-                "apigatewaymanagementapi", endpoint_url=url, region_name=REGION, **LOCAL_CREDENTIALS
+            management_client_for=lambda url: management_client(
+                url, region_name=REGION, **LOCAL_CREDENTIALS
             ),
             llm_client=self._llm_client,
             speech_session=self.speech_session_factory(options.speech_link),
@@ -211,6 +220,8 @@ class LocalStack:
                 ),
             ),
             page=PAGE,
+            ordered_messages=options.ordered_messages,
+            post_faults=PostFaults(latency_seconds=options.post_latency_ms / 1000),
         )
         self.gateway = gateway
         self._servers.append(
@@ -316,7 +327,11 @@ class LocalStack:
 
     def _llm_client(self) -> Any:
         if self.options.bedrock_model_id:
-            return boto3.client("bedrock-runtime")
+            if self._bedrock is None:  # one client, as one per Lambda environment
+                from functions.adapters.llm import bedrock_client
+
+                self._bedrock = bedrock_client()
+            return self._bedrock
         from functions.adapters.replay_llm import ReplayBedrockClient
 
         return ReplayBedrockClient(pace=self.options.llm_pace)
@@ -324,16 +339,18 @@ class LocalStack:
     def _start_moto(self) -> str:
         from moto.server import ThreadedMotoServer
 
+        from voicewire.local_stack.moto_dynamodb import make_moto_dynamodb_atomic
+
+        make_moto_dynamodb_atomic()  # each request atomic, as DynamoDB's are
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._moto = ThreadedMotoServer(ip_address=self.options.host, port=0, verbose=False)
         self._moto.start()
         host, port = self._moto.get_host_and_port()
         return f"http://{host}:{port}"
 
-    def _ensure_table(self, dynamodb: Any) -> None:
+    def _ensure_table(self, client: Any) -> None:
         from functions.adapters.session_table import create_table
 
-        client = dynamodb.meta.client
         if TABLE_NAME not in client.list_tables()["TableNames"]:
             create_table(client, TABLE_NAME)
 

@@ -1,0 +1,330 @@
+"""What AWS does that the happy path never shows: duplicate deliveries, Lambda's retries, a
+worker failing at each stage, a turn cancelled while it is recorded, state reads failing, and a
+custom domain in front of the API. Real handlers over moto's DynamoDB, Lambda and @connections
+APIs and the real speech server; the failures are injected at the boto3 client's boundary."""
+
+# ruff: noqa: F811  (the ``adapters`` fixture of test_handlers is imported, then requested)
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+import time
+
+import boto3
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from test_handlers import (  # noqa: F401  (adapters is a fixture)
+    CONNECTION,
+    FakeLambdaContext,
+    accepted_job,
+    adapters,
+    posted,
+    sample,
+)
+from test_session_store import Interleaving
+
+from functions.adapters.replay_llm import ReplayBedrockClient
+from functions.adapters.session_store import SessionStore
+from functions.handlers.connect import connect
+from functions.handlers.messages import handle_message
+from functions.worker_policy import WorkerPolicy
+from voicewire.error_codes import ErrorCode
+
+
+def run_worker(adapters, job: dict, request_id: str = "request-1", remaining_ms: int = 120_000):
+    from functions.handlers import worker
+    from functions.wiring import use_adapters
+
+    context = FakeLambdaContext()
+    context.aws_request_id = request_id
+    context.get_remaining_time_in_millis = lambda: remaining_ms
+    previous = use_adapters(adapters)
+    try:
+        return worker.handler(job, context)
+    finally:
+        use_adapters(previous)
+
+
+def kinds(adapters) -> list[str]:
+    return [frame["type"] for frame in posted(adapters)]
+
+
+def client_error(code: str, status: int, operation: str) -> ClientError:
+    error = {
+        "Error": {"Code": code, "Message": code},
+        "ResponseMetadata": {"HTTPStatusCode": status},
+    }
+    return ClientError(error, operation)
+
+
+def assert_ended_once(adapters, job: dict, code: str) -> None:
+    """One turn_start, then the error, then the turn_end as the last frame; the record failed."""
+    frames = posted(adapters)
+    assert kinds(adapters).count("turn_start") == 1
+    errors = [frame for frame in frames if frame["type"] == "error"]
+    assert [error["code"] for error in errors] == [code]
+    assert errors[0]["turn_id"] == job["turn_id"]
+    assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "failed"
+    turn = adapters.store.get_turn(CONNECTION, job["turn_id"])
+    assert turn["status"] == "failed" and turn["error_code"] == code
+    assert adapters.store.get_connection(CONNECTION).active_turn_id is None
+
+
+# --- the message route ---------------------------------------------------------------------------
+
+
+def test_the_callback_url_is_the_apis_own_behind_a_custom_domain(adapters):
+    connect(sample("connect"), adapters)
+    event = sample("ask_bidi")
+    event["requestContext"]["domainName"] = "voice.example.com"  # a custom domain name
+    handle_message(event, adapters)
+    job = json.loads(adapters.lambda_client.calls[-1]["Payload"])
+    assert job["callback_url"] == "https://abc123defg.execute-api.us-east-1.amazonaws.com/prod"
+
+
+def test_a_worker_that_cannot_be_invoked_fails_its_turn_and_the_connection_stays(adapters):
+    connect(sample("connect"), adapters)
+    settings = adapters.settings
+    adapters.settings = dataclasses.replace(settings, worker_function="no-such-function")
+    handle_message(sample("ask_bidi"), adapters)
+    assert kinds(adapters) == ["turn_start", "error", "turn_end"]
+    error, end = posted(adapters)[1:]
+    assert error["code"] == "worker_unavailable" and "ResourceNotFound" in error["message"]
+    assert end["status"] == "failed"
+    turn = adapters.store.turns(CONNECTION)[0]
+    assert turn["status"] == "failed" and turn["error_code"] == "worker_unavailable"
+    assert adapters.store.get_connection(CONNECTION).active_turn_id is None
+    adapters.settings = settings  # the function is back: the next ask runs
+    handle_message(sample("ask_bidi", turn_id="again"), adapters)
+    assert adapters.store.turn_status(CONNECTION, "again") == "running"
+
+
+def test_a_cancel_handled_while_a_turn_is_recorded_keeps_it_cancelled(adapters):
+    """API Gateway handles a connection's messages concurrently: the cancel can land between
+    the route's writes. The turn must stay cancelled, and no worker may run it."""
+    connect(sample("connect"), adapters)
+    store = adapters.store
+    plain = SessionStore(store.client, store.table_name)
+
+    def cancel_now():
+        handle_message(sample("cancel"), dataclasses.replace(adapters, dynamodb=plain.client))
+
+    store.client = Interleaving(store.client, "turn_counter", then=cancel_now)
+    handle_message(sample("ask_bidi", turn_id="t-race"), adapters)
+    assert store.client.fired == 1
+    assert adapters.lambda_client.calls == []  # no worker
+    assert store.turn_status(CONNECTION, "t-race") == "cancelled"
+    assert kinds(adapters) == ["turn_start", "turn_end"]
+    assert posted(adapters)[-1]["status"] == "cancelled"
+
+
+# --- the worker: duplicates and retries ----------------------------------------------------------
+
+
+def test_a_duplicate_delivery_is_dropped_while_the_turn_runs(adapters):
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "speak")
+    results: dict[str, dict] = {}
+    workers = [
+        threading.Thread(
+            target=lambda rid=rid: results.update({rid: run_worker(adapters, job, rid)})
+        )
+        for rid in ("delivery-1", "delivery-2")
+    ]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert sorted(result["status"] for result in results.values()) == ["complete", "dropped"]
+    assert kinds(adapters).count("turn_start") == 1 and kinds(adapters)[-1] == "turn_end"
+    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "complete"
+
+
+def _forbid_audio(adapters):
+    """@connections refuses audio frames (as PayloadTooLarge would), control frames pass."""
+    real = adapters.posts._client.post_to_connection
+
+    def post(**kwargs):
+        if kwargs["Data"][:1] == b"\xa1":
+            raise client_error("PayloadTooLargeException", 413, "PostToConnection")
+        return real(**kwargs)
+
+    adapters.posts._client.post_to_connection = post
+    return "delivery_failed"
+
+
+def _bedrock_unreachable(adapters):
+    from conftest import free_port
+
+    client = boto3.client(
+        "bedrock-runtime", endpoint_url=f"http://127.0.0.1:{free_port()}",
+        config=Config(retries={"total_max_attempts": 1}, connect_timeout=1),
+    )  # fmt: skip
+    adapters.llm_client = lambda: client
+    return "llm_failed"
+
+
+def _empty_model_id(adapters):
+    adapters.settings = dataclasses.replace(adapters.settings, bedrock_model_id="")
+    client = boto3.client("bedrock-runtime")  # validates its parameters before any request
+    adapters.llm_client = lambda: client
+    return "llm_failed"
+
+
+def _history_unreadable(adapters):
+    store = adapters.store
+    read = store.get_connection
+
+    def fail_once(*_args, **_kwargs):
+        store.get_connection = read
+        raise client_error("ProvisionedThroughputExceededException", 400, "GetItem")
+
+    store.get_connection = fail_once
+    return "internal_error"
+
+
+def _session_not_returned(adapters):
+    async def fail(*_args, **_kwargs):
+        raise RuntimeError("the kept session's bookkeeping broke")
+
+    adapters.speech_sessions.release = fail
+    return "internal_error"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [_forbid_audio, _bedrock_unreachable, _empty_model_id, _history_unreadable,
+     _session_not_returned],
+    ids=lambda failure: failure.__name__.strip("_"),
+)  # fmt: skip
+def test_a_worker_failing_at_each_stage_ends_its_turn_once(adapters, failure, capsys):
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_bidi", prompt="Hello, who are you?")
+    code = failure(adapters)
+    llm_calls = len(adapters.replay.requests)
+    assert run_worker(adapters, job) == {"status": "failed"}  # returned: nothing to retry
+    assert_ended_once(adapters, job, code)
+    emf = capsys.readouterr().out
+    assert '"Turns_failed"' in emf
+    # Lambda's retry (same request id) or a late duplicate: dropped, nothing posted or asked.
+    posts = len(adapters.posts.calls)
+    for request_id in ("request-1", "request-2"):
+        assert run_worker(adapters, job, request_id) == {"status": "dropped"}
+    assert len(adapters.posts.calls) == posts
+    assert len(adapters.replay.requests) <= llm_calls + 1  # the first run's, at most
+
+
+def test_a_turn_reaching_the_time_limit_ends_before_lambda_kills_it(adapters):
+    connect(sample("connect"), adapters)
+    adapters.llm_client = lambda: ReplayBedrockClient(pace=3.0)  # ~14 s of answer
+    job = accepted_job(adapters, "ask_bidi", prompt="Tell me a story")
+    started = time.monotonic()
+    assert run_worker(adapters, job, remaining_ms=6_000) == {"status": "failed"}
+    assert time.monotonic() - started < 6  # before Lambda's timeout
+    assert_ended_once(adapters, job, "turn_timed_out")
+
+
+def test_a_retry_after_the_worker_died_ends_the_turn_unspoken(adapters):
+    """The worker was killed (out of memory, a timeout): its claim stopped being renewed.
+    Lambda's retry must not speak the turn again, only end it."""
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_bidi")
+    adapters.store.claim_turn(CONNECTION, job["turn_id"], "dead", 30, now=time.time() - 90)
+    assert run_worker(adapters, job, "retry") == {"status": "failed"}
+    assert kinds(adapters) == ["error", "turn_end"]  # no second turn_start
+    assert posted(adapters)[0]["code"] == "internal_error"
+    assert adapters.replay.requests == []  # the model was not asked again
+    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "failed"
+
+
+def test_a_job_that_reaches_its_worker_too_late_is_not_spoken(adapters):
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "speak")
+    job["accepted_at"] -= 120  # waited in Lambda's queue (throttled) for two minutes
+    assert run_worker(adapters, job) == {"status": "failed"}
+    assert_ended_once(adapters, job, "turn_expired")
+    assert adapters.posts.calls and all(call["Data"][:1] == b"{" for call in adapters.posts.calls)
+
+
+# --- the cancel watcher ------------------------------------------------------------------------
+
+
+class FlakyReads:
+    """The real store, whose status reads fail ``failures`` times (throttling), or are slow."""
+
+    def __init__(self, store: SessionStore, failures: int = 0, delay: float = 0.0):
+        self.store, self.failures, self.delay, self.reads = store, failures, delay, 0
+
+    def __getattr__(self, name):
+        return getattr(self.store, name)
+
+    def turn_status(self, connection_id, turn_id):
+        self.reads += 1
+        if self.failures:
+            self.failures -= 1
+            raise client_error("ThrottlingException", 400, "GetItem")
+        status = self.store.turn_status(connection_id, turn_id)
+        time.sleep(self.delay)  # the answer is slow to come back: it may be stale on arrival
+        return status
+
+
+FAST_POLICY = WorkerPolicy(
+    poll_seconds=0.02, poll_backoff_max_seconds=0.1, poll_failure_limit_seconds=0.6
+)
+
+
+def _watch(adapters, store, job, during=None) -> tuple:
+    from functions.handlers.worker import TurnStop, watch_turn
+    from functions.worker_job import WorkerJob
+
+    async def watch():
+        stop = TurnStop(asyncio.Event())
+        watching = asyncio.create_task(
+            watch_turn(store, WorkerJob.model_validate(job), "request-1", stop, FAST_POLICY)
+        )
+        if during is not None:
+            await during()
+        async with asyncio.timeout(10):
+            await stop.event.wait()
+        await watching
+        return stop
+
+    return asyncio.run(watch())
+
+
+def test_the_watcher_survives_failed_reads_and_still_sees_the_cancel(adapters):
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_bidi")
+    flaky = FlakyReads(adapters.store, failures=4)
+
+    async def cancel_later():
+        await asyncio.sleep(0.3)
+        adapters.store.cancel_turn(CONNECTION, job["turn_id"])
+
+    stop = _watch(adapters, flaky, job, cancel_later)
+    assert stop.failure is None  # a cancel, not a failure
+    assert flaky.reads > 4
+
+
+def test_the_watcher_stops_the_turn_when_state_stays_unreadable(adapters):
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_bidi")
+    stop = _watch(adapters, FlakyReads(adapters.store, failures=10_000), job)
+    assert stop.failure is not None and stop.failure.code == ErrorCode.STATE_UNAVAILABLE
+
+
+def test_a_cancel_during_a_slow_poll_is_seen_at_the_next_one(adapters):
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_bidi")
+    slow = FlakyReads(adapters.store, delay=0.4)
+
+    async def cancel_mid_poll():
+        await asyncio.sleep(0.2)  # the first read is under way
+        adapters.store.cancel_turn(CONNECTION, job["turn_id"])
+
+    stop = _watch(adapters, slow, job, cancel_mid_poll)
+    assert stop.failure is None and slow.reads == 2  # the read in flight, then the next
