@@ -168,7 +168,8 @@ def stack():
     """``voicewire up``'s topology in-process on free ports, one per test module."""
     from voicewire.local_stack.stack import LocalStack, StackOptions
 
-    options = StackOptions(port=0, speech_port=0, runtime_port=0)
+    # As unkind as AWS (the defaults): concurrent messages, Lambda-style retries (sooner).
+    options = StackOptions(port=0, speech_port=0, runtime_port=0, async_retry_delays=(0.2, 0.4))
     local = LocalStack(options, progress=lambda line: None)
     local.start()
     yield local

@@ -397,3 +397,133 @@ async def test_an_outside_dynamodb_endpoint_is_used():
         assert turn["status"] == "complete" and turn["audio_bytes"] == audio_bytes > 0
     finally:
         outside.stop()
+
+
+# --- as unkind as AWS: concurrent messages, duplicate and retried invocations, slow posts ------
+
+
+async def _frames_until(ws, turn_ends: int, limit: float = 120) -> list:
+    """Frames (dicts, or (turn, seq) for audio) until ``turn_ends`` turn_end frames arrived."""
+    frames: list = []
+    async with asyncio.timeout(limit):
+        async for frame in ws:
+            if isinstance(frame, bytes):
+                frames.append(decode_audio_frame(frame)[:2])
+                continue
+            frames.append(json.loads(frame))
+            if sum(1 for f in frames if isinstance(f, dict) and f["type"] == "turn_end") == (
+                turn_ends
+            ):
+                return frames
+
+
+def _turns_left_running(stack) -> list:
+    from functions.wiring import current_adapters
+
+    store = current_adapters().store
+    items = store.client.scan(TableName=store.table_name)["Items"]
+    return [item["sk"]["S"] for item in items if item.get("status", {}).get("S") == "running"]
+
+
+async def test_asks_and_a_cancel_sent_at_once_leave_no_turn_behind(stack):
+    """API Gateway handles a connection's messages concurrently: a barge-in and a cancel race
+    the turn they stop. Whatever order they land in, every turn ends exactly once, no audio of a
+    turn follows its turn_end, and no turn stays running."""
+    assert stack.gateway.ordered_messages is False
+    async with connect(stack.ws_url, max_size=None) as ws:
+        for message in (
+            {"action": "ask", "prompt": "Tell me a story", "turn_id": "a"},
+            {"action": "ask", "prompt": "Hello, who are you?", "turn_id": "b"},
+            {"action": "cancel"},
+        ):
+            await ws.send(json.dumps(message))
+        frames = await _frames_until(ws, turn_ends=2)
+    control = [f for f in frames if isinstance(f, dict)]
+    ends = {f["turn_id"]: f["status"] for f in control if f["type"] == "turn_end"}
+    assert set(ends) == {"a", "b"}
+    assert sorted(ends.values()).count("complete") <= 1
+    numbers = {f["turn_id"]: f["turn"] for f in control if f["type"] == "turn_start"}
+    for turn_id, number in numbers.items():
+        end = next(
+            i for i, f in enumerate(frames)
+            if isinstance(f, dict) and f["type"] == "turn_end" and f["turn_id"] == turn_id
+        )  # fmt: skip
+        assert all(f[0] != number for f in frames[end:] if isinstance(f, tuple))
+    await asyncio.to_thread(stack.functions.wait, 30)
+    assert _turns_left_running(stack) == []
+
+
+async def test_a_job_delivered_twice_is_spoken_once(stack):
+    stack.functions.behaviour.duplicate_next = 1
+    before = len(stack.functions.invocations)
+    async with connect(stack.ws_url, max_size=None) as ws:
+        await ws.send(json.dumps({"action": "speak", "text": "Once.", "turn_id": "once"}))
+        frames = await _frames_until(ws, turn_ends=1)
+        await asyncio.to_thread(stack.functions.wait, 30)
+    kinds = [f["type"] for f in frames if isinstance(f, dict)]
+    assert kinds.count("turn_start") == 1 and frames[-1]["status"] == "complete"
+    runs = [r for r in stack.functions.invocations[before:] if r.name == "worker"]
+    assert sorted(r.result["status"] for r in runs) == ["complete", "dropped"]
+    assert [r.duplicate for r in runs].count(True) == 1
+
+
+class WorkerKilled(BaseException):
+    """The runtime died under the worker (out of memory, a timeout): nothing of it runs on."""
+
+
+async def test_lambda_retries_a_dead_worker_which_ends_the_turn_without_speaking_again(
+    stack, monkeypatch
+):
+    from functions.handlers import worker
+
+    async def start_then_die(job, adapters, invocation, policy):
+        monkeypatch.setattr(worker, "run_claimed", real)  # only the first attempt dies
+        await worker._relay_for(job, adapters).control(worker._turn_start(job))
+        raise WorkerKilled
+
+    real = worker.run_claimed
+    monkeypatch.setattr(worker, "run_claimed", start_then_die)
+    before = len(stack.functions.invocations)
+    async with connect(stack.ws_url, max_size=None) as ws:
+        await ws.send(json.dumps({"action": "speak", "text": "Never twice.", "turn_id": "die"}))
+        frames = await _frames_until(ws, turn_ends=1)
+        await asyncio.to_thread(stack.functions.wait, 30)
+    kinds = [f["type"] if isinstance(f, dict) else "audio" for f in frames]
+    assert kinds == ["turn_start", "error", "turn_end"]  # one turn_start, no audio
+    assert frames[1]["code"] == "internal_error" and frames[2]["status"] == "failed"
+    runs = [r for r in stack.functions.invocations[before:] if r.name == "worker"]
+    assert [r.attempt for r in runs] == [0, 1]  # Lambda's retry, with the same request id
+    assert runs[0].request_id == runs[1].request_id and "WorkerKilled" in runs[0].error
+    assert runs[1].result == {"status": "failed"}
+
+
+async def test_slow_posts_cost_few_text_frames_and_the_text_arrives_whole(stack):
+    """Each @connections post takes 30 ms, as a signed HTTPS round trip does on AWS: the ~250
+    deltas of the default recording arrive as a few dozen coalesced text_delta frames."""
+    from functions.adapters.replay_llm import ReplayBedrockClient
+
+    recording = ReplayBedrockClient().default
+    stack.gateway.post_faults.latency_seconds = 0.03
+    try:
+        async with connect(stack.ws_url, max_size=None) as ws:
+            await ws.send(json.dumps({"action": "ask", "prompt": "Tell me a story"}))
+            frames = await _frames_until(ws, turn_ends=1)
+    finally:
+        stack.gateway.post_faults.latency_seconds = 0.0
+    deltas = [f for f in frames if isinstance(f, dict) and f["type"] == "text_delta"]
+    assert "".join(d["text"] for d in deltas) == recording.text
+    assert [d["seq"] for d in deltas] == list(range(len(deltas)))
+    seconds = recording.events[-1][0]
+    assert len(deltas) <= seconds / 0.1 + 3 < len(recording.events) / 4
+    assert frames[-1]["status"] == "complete"
+
+
+async def test_throttled_posts_are_retried_by_the_relay_alone(stack):
+    faults = stack.gateway.post_faults
+    posts_before = faults.posts
+    faults.throttle_next = 2
+    result = await run_turn(stack.ws_url, {"action": "speak", "text": "Throttled, then fine."})
+    check_turn(result, "speak")
+    received = len(result.events)  # every frame the client got
+    # Two throttled answers, each retried once by the relay; the boto3 client never retries.
+    assert faults.posts - posts_before == received + 2

@@ -135,3 +135,52 @@ async def test_a_speech_session_that_cannot_open_fails_the_turn_at_once(aws, spe
     assert frames[-2]["code"] == "speech_failed" and "connect_failed" in frames[-2]["message"]
     # It did not wait for the LLM to finish its answer: the stream was stopped part way.
     assert len(outcome.answer) < len(llm.default.text)
+
+
+async def test_audio_does_not_wait_behind_text_posts(aws, speech_server):
+    """Each post takes 30 ms (a signed HTTPS round trip on AWS) while the LLM writes a delta
+    every ~18 ms: text posts would pile up ahead of the audio if they shared its lane. The first
+    audio frame leaves within one post of its chunk being synthesized."""
+    from voicewire.speech_link import AudioChunk
+
+    latency = 0.03
+    first_chunk: list[float] = []
+
+    async def opening():
+        session = open_speech_session(speech_server.ws_url)
+        await session.open()
+        events = session.events
+
+        async def timed(request_id):
+            async for event in events(request_id):
+                if isinstance(event, AudioChunk) and not first_chunk:
+                    first_chunk.append(time.monotonic())
+                yield event
+
+        session.events = timed
+        return session
+
+    outcome, connection, llm = await run_turn(
+        speech_server, "bidi", "Tell me a story", speech_opening=opening, post_latency=latency
+    )
+    assert outcome.status == "complete"
+    audio_answered = [at for at, data in connection.answered if data[:1] == b"\xa1"]
+    waited = audio_answered[0] - first_chunk[0]
+    # One post, plus scheduling slack on a busy 2-core machine; text piled up in front of the
+    # audio would cost many posts (hundreds of ms).
+    assert waited <= latency + 0.04, f"first audio left {waited * 1000:.0f} ms after its chunk"
+    deltas = [f for f in connection.frames() if isinstance(f, dict) and f["type"] == "text_delta"]
+    assert len(deltas) < len(llm.default.events) / 4  # coalesced
+
+
+async def test_sentence_text_deltas_carry_the_text_up_to_each_sentence(aws, speech_server):
+    outcome, connection, _ = await run_turn(
+        speech_server, "bidi", "What is the meaning of life?", text_flush="sentence"
+    )
+    frames = [f for f in connection.frames() if isinstance(f, dict)]
+    deltas = [f for f in frames if f["type"] == "text_delta"]
+    sentences = [f for f in frames if f["type"] == "sentence"]
+    assert outcome.status == "complete"
+    assert "".join(d["text"] for d in deltas) == outcome.answer
+    # One post per sentence (and one for what follows the last), not one per model delta.
+    assert len(deltas) <= len(sentences) + 1

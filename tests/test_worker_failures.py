@@ -328,3 +328,31 @@ def test_a_cancel_during_a_slow_poll_is_seen_at_the_next_one(adapters):
 
     stop = _watch(adapters, slow, job, cancel_mid_poll)
     assert stop.failure is None and slow.reads == 2  # the read in flight, then the next
+
+
+def test_text_deltas_is_checked_and_handed_to_the_worker(adapters):
+    connect(sample("connect"), adapters)
+    handle_message(sample("ask_bidi", text_deltas="every-token"), adapters)
+    (error,) = posted(adapters)
+    assert error["code"] == "invalid_field" and "text_deltas" in error["message"]
+    assert adapters.lambda_client.calls == []
+    job = accepted_job(adapters, "ask_bidi", text_deltas="sentence")
+    assert job["text_deltas"] == "sentence"
+
+
+def test_a_turn_whose_record_cannot_be_written_is_still_told_and_not_retried(adapters, capsys):
+    """DynamoDB fails as the worker records the end: the client still gets its turn_end, the
+    failure is counted, and the invocation returns (a retry would end the turn twice)."""
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "speak")
+    store = adapters.store
+
+    def unavailable(*_args, **_kwargs):
+        raise client_error("InternalServerError", 500, "UpdateItem")
+
+    store.finish_turn = unavailable
+    assert run_worker(adapters, job) == {"status": "complete"}
+    frames = posted(adapters)
+    assert [f["type"] for f in frames].count("turn_start") == 1
+    assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "complete"
+    assert '"TurnRecordsFailed"' in capsys.readouterr().out

@@ -29,6 +29,8 @@ class RecordingConnection:
     posts: list[tuple[float, bytes]] = field(default_factory=list)
     gone_after: int | None = None
     on_post: object = None
+    latency: float = 0.0  # each post takes this long, as a signed HTTPS round trip on AWS
+    answered: list[tuple[float, bytes]] = field(default_factory=list)  # when each post returned
 
     def post_to_connection(self, **kwargs):
         if self.gone_after is not None and len(self.posts) >= self.gone_after:
@@ -42,7 +44,10 @@ class RecordingConnection:
         self.posts.append((time.monotonic(), kwargs["Data"]))
         if self.on_post is not None:
             self.on_post(kwargs["Data"])
-        return self.client.post_to_connection(**kwargs)
+        time.sleep(self.latency)
+        response = self.client.post_to_connection(**kwargs)
+        self.answered.append((time.monotonic(), kwargs["Data"]))
+        return response
 
     def frames(self) -> list[dict | tuple[int, int, bytes]]:
         """Control frames as dicts, audio frames as (turn, seq, payload)."""
@@ -62,18 +67,20 @@ async def run_turn(
     voice: str | None = None,
     pace: float = 1.0,
     speech_opening=None,
+    post_latency: float = 0.0,
+    text_flush: str = "interval",
 ) -> tuple[TurnOutcome, RecordingConnection, ReplayBedrockClient]:
     """``speech_opening``: an async function that returns the open session, run as a task as
     the worker does (default: a session opened before the turn starts)."""
     client = boto3.client("apigatewaymanagementapi", endpoint_url=CALLBACK_URL)
-    connection = RecordingConnection(client, gone_after=gone_after)
+    connection = RecordingConnection(client, gone_after=gone_after, latency=post_latency)
     cancelled = asyncio.Event()
     loop = asyncio.get_running_loop()
     if cancel_when is not None:
         connection.on_post = lambda data: (
             cancel_when(data) and loop.call_soon_threadsafe(cancelled.set)
         )
-    relay = Relay(connection, "conn-1", turn=3)
+    relay = Relay(connection, "conn-1", turn=3, text_flush=text_flush)
     llm = ReplayBedrockClient(pace=pace)
 
     def runner_for(speech) -> TurnRunner:

@@ -137,7 +137,7 @@ async def run_job(
                 "job dropped", verdict=str(claim.verdict), turn_status=claim.status,
                 claimed_by=claim.claimed_by,
             )  # fmt: skip
-            _publish_count(job, "WorkerJobsDropped")
+            _publish_count("WorkerJobsDropped")
             return "dropped"
         case ClaimVerdict.ABANDONED:
             # Its worker died (a crash, a timeout) and this is Lambda's retry: end it, unspoken.
@@ -232,7 +232,7 @@ async def run_claimed(
         # The client was told; only the record is missing. Retrying the invocation cannot
         # help (the turn would be ended twice), so say so loudly and go on.
         logger.exception("the turn's end could not be recorded", status=outcome.status)
-        _publish_count(job, "TurnRecordsFailed")
+        _publish_count("TurnRecordsFailed")
         final = outcome.status
     if final != outcome.status:  # cancelled while it ended: the record has the last word
         outcome.status = final  # type: ignore[assignment]
@@ -265,7 +265,7 @@ async def _leave_behind(
             )
     except Exception:  # the turn itself is over and told; the next one has less context
         logger.exception("the turn's history could not be kept")
-        _publish_count(job, "HistoryWritesFailed")
+        _publish_count("HistoryWritesFailed")
 
 
 async def end_unspoken(
@@ -358,9 +358,6 @@ async def _hand_back(
 def _publish_metrics(
     job: WorkerJob, status: str, timings: Timings, ready: ReadySession | None
 ) -> None:
-    # Dimensions are per invocation; a warm container must not carry the last turn's mode.
-    metrics.clear_metrics()
-    metrics.add_dimension(name="mode", value=job.mode)
     metrics.add_metric(name=f"Turns_{status}", unit=MetricUnit.Count, value=1)
     for name, value in (
         ("TimeToFirstAudio", timings.first_audio_ms),
@@ -376,9 +373,7 @@ def _publish_metrics(
         metrics.add_metric(name=f"SpeechSessions_{ready.origin}", unit=MetricUnit.Count, value=1)
 
 
-def _publish_count(job: WorkerJob, name: str) -> None:
-    metrics.clear_metrics()
-    metrics.add_dimension(name="mode", value=job.mode)
+def _publish_count(name: str) -> None:
     metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
 
 
@@ -387,6 +382,9 @@ def _publish_count(job: WorkerJob, name: str) -> None:
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     job = WorkerJob.model_validate(event)
     logger.append_keys(connection_id=job.connection_id, turn_id=job.turn_id)
+    # Dimensions are per invocation: a warm environment must not carry the last turn's mode.
+    metrics.clear_metrics()
+    metrics.add_dimension(name="mode", value=job.mode)
     invocation = Invocation(
         request_id=context.aws_request_id,
         deadline=time.monotonic() + context.get_remaining_time_in_millis() / 1000,

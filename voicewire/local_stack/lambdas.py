@@ -41,6 +41,7 @@ class InvocationRecord:
     attempt: int  # 0: the first delivery; 1, 2: Lambda's retries
     duplicate: bool = False
     error: str | None = None  # repr of what it raised, if it failed
+    result: Any = None  # what it returned, if it did
 
 
 @dataclass
@@ -114,11 +115,11 @@ class LocalFunctions:
                 timeout_seconds=self.behaviour.timeout_seconds,
             )  # fmt: skip
             try:
-                self.call(name, event, context)
+                record.result = self.call(name, event, context)
                 return
-            except Exception as error:  # a real async invocation's failure lands in its logs
+            except BaseException as error:  # the runtime died or the handler raised: retried
                 record.error = repr(error)
-                logger.exception("%s failed (attempt %d)", name, attempt + 1)
+                logger.error("%s failed (attempt %d): %r", name, attempt + 1, error)
             if attempt < len(delays):
                 time.sleep(delays[attempt])
         logger.error("%s: event dropped after %d attempts", name, len(delays) + 1)
