@@ -83,8 +83,10 @@ class _Clock:
     accepted_at: float
     marks: dict[str, float] = field(default_factory=dict)
 
-    def mark(self, name: str) -> None:
-        self.marks.setdefault(name, round((time.time() - self.accepted_at) * 1000, 1))
+    def mark(self, name: str, at: float | None = None) -> None:
+        """Note when ``name`` first happened: now, or at ``at`` (epoch seconds)."""
+        moment = time.time() if at is None else at
+        self.marks.setdefault(name, round((moment - self.accepted_at) * 1000, 1))
 
     def timings(self) -> Timings:
         return Timings(
@@ -126,6 +128,7 @@ class TurnRunner:
         self._llm_stop = threading.Event()
         self._request_ids: list[str] = []
         self._session: SpeechSession | None = None
+        self._announcing: asyncio.Task[None] | None = None  # the turn_start's post
 
     @property
     def used_speech(self) -> bool:
@@ -149,10 +152,11 @@ class TurnRunner:
         leaves on its turn_end then finds the record final."""
         status: TurnStatus = "complete"
         error: ClientError | None = None
+        start = TurnStart(turn_id=self.spec.turn_id, turn=self.spec.turn, mode=self.spec.mode)  # type: ignore[arg-type]
+        # Posted while the LLM stream and the speech session start, so its round trip (tens of
+        # ms on AWS) is not on the path to the first audio; every later frame waits for it.
+        self._announcing = asyncio.create_task(self.relay.control(start))
         try:
-            await self._post(
-                TurnStart(turn_id=self.spec.turn_id, turn=self.spec.turn, mode=self.spec.mode)  # type: ignore[arg-type]
-            )
             match self.spec.mode:
                 case "bidi":
                     await self._consume(self._bidi_events())
@@ -262,18 +266,35 @@ class TurnRunner:
             raise speech_failure
         raise _Stop
 
+    async def _announced(self) -> None:
+        """Wait until the turn_start is posted (re-raises its failure). Shielded: a waiter
+        cancelled with the turn must not call off the post itself."""
+        if self._announcing is not None:
+            await asyncio.shield(self._announcing)
+
+    async def _text(self, text: str) -> None:
+        await self._announced()
+        await self.relay.text(self.spec.turn_id, text)
+
     async def _post(self, event: BaseModel | bytes) -> None:
         if self.cancelled.is_set():
             raise _Stop
+        await self._announced()
         if isinstance(event, bytes):
             await self.relay.audio(event)
-            self._clock.mark("audio")
+            # When the first *frame* left: a chunk of more than 32 KB is several posts, and the
+            # client starts playing at the first.
+            first = self.relay.first_audio_posted_at
+            since = time.monotonic() - first if first is not None else 0.0
+            self._clock.mark("audio", time.time() - since)
         else:
             await self.relay.control(event)
 
     async def _settle_text(self) -> None:
         """Wait for a text post still in flight (a stopped turn drops the text not yet posted),
         so that nothing of the turn arrives after its turn_end."""
+        with contextlib.suppress(Exception):  # its failure was (or cannot be) told already
+            await self._announced()
         with contextlib.suppress(ConnectionGone, RelayError):
             await self.relay.finish_text()
 
@@ -304,7 +325,7 @@ class TurnRunner:
             chunker = self.chunker_factory()
             index = 0
             async for text in self._llm_deltas():
-                await self.relay.text(self.spec.turn_id, text)
+                await self._text(text)
                 for sentence in chunker.feed(text):
                     await self._send_sentence(sentence, index, queue, sent)
                     index += 1
@@ -343,7 +364,7 @@ class TurnRunner:
 
     async def _batch_events(self) -> AsyncIterator[BaseModel | bytes]:
         async for text in self._llm_deltas():
-            await self.relay.text(self.spec.turn_id, text)
+            await self._text(text)
         await self.relay.finish_text()  # the whole answer's text, before what is spoken of it
         speech_text = " ".join(to_speech_text(self._llm_result.text).split())
         if not speech_text:
