@@ -1,0 +1,1 @@
+"""The CDK stacks and what they package (the Lambda bundle). Tools: they assemble the tiers."""

@@ -1,0 +1,99 @@
+"""The Lambda functions' asset, built as CDK builds it (no Docker): what is in it, what is not,
+its size, and that the handlers import from it with nothing else on the path."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from stacks.lambda_bundle import (
+    HANDLERS,
+    BundleError,
+    build_bundle,
+    reachable_modules,
+    requirements_for,
+    uv_command,
+)
+
+MAX_BUNDLE_BYTES = 40 * 1024 * 1024
+AARCH64 = 0xB7  # ELF e_machine of arm64
+
+
+@pytest.fixture(scope="module")
+def arm64_bundle(tmp_path_factory):
+    return build_bundle(tmp_path_factory.mktemp("arm64") / "bundle")
+
+
+def _elf_machine(path: Path) -> int:
+    header = path.read_bytes()[:20]
+    assert header[:4] == b"\x7fELF"
+    return int.from_bytes(header[18:20], "little")
+
+
+def test_the_bundle_holds_the_functions_and_the_arm64_transport(arm64_bundle):
+    root = arm64_bundle.directory
+    for handler in HANDLERS:
+        assert (root / (handler.replace(".", "/") + ".py")).is_file()
+    assert (root / "voicewire" / "speech_link" / "sagemaker_transport.py").is_file()
+    (native,) = root.glob("_awscrt*.so")  # the CRT: the SageMaker stream's HTTP/2 transport
+    assert _elf_machine(native) == AARCH64
+    (pydantic_core,) = (root / "pydantic_core").glob("_pydantic_core*.so")
+    assert _elf_machine(pydantic_core) == AARCH64
+
+
+def test_the_bundle_leaves_out_the_tools_the_container_and_the_tests(arm64_bundle):
+    root = arm64_bundle.directory
+    names = {path.relative_to(root).as_posix() for path in root.rglob("*")}
+    absent_names = (
+        "speech_server", "onnxruntime", "kokoro_onnx", "numpy", "voicewire/local_stack",
+        "voicewire/commands", "voicewire/cli.py", "tests", "moto", "boto3", "botocore",
+    )  # fmt: skip
+    for absent in absent_names:
+        assert not any(name == absent or name.startswith(absent + "/") for name in names), absent
+    assert not list(root.rglob("__pycache__"))
+
+
+def test_the_bundle_is_small(arm64_bundle):
+    size = arm64_bundle.size_bytes()
+    print(f"bundle: {size / 1e6:.1f} MB unzipped")
+    assert size < MAX_BUNDLE_BYTES
+
+
+def test_a_new_third_party_import_must_be_declared():
+    _, imported = reachable_modules()
+    assert requirements_for(imported)  # today's imports are all known
+    with pytest.raises(BundleError, match="leftpad"):
+        requirements_for({*imported, "leftpad"})
+
+
+def test_the_handlers_import_from_the_bundle_alone(tmp_path):
+    """The same bundle for this machine's platform, imported by a bare interpreter (no site
+    packages) with only the bundle and what the Lambda runtime provides (boto3) on its path."""
+    bundle = build_bundle(tmp_path / "bundle", platform="x86_64-manylinux2014")
+    runtime = tmp_path / "runtime"
+    subprocess.run(
+        [*uv_command(), "pip", "install", "--quiet", "--target", str(runtime),
+         "--python-platform", "x86_64-manylinux2014", "--python-version", "3.12", "boto3"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    probe = (
+        "import sys; sys.path[:0] = [sys.argv[1], sys.argv[2]]\n"
+        "import os; os.environ['AWS_DEFAULT_REGION'] = 'us-east-1'\n"
+        "import importlib\n"
+        f"for name in {list(HANDLERS)!r}:\n"
+        "    module = importlib.import_module(name)\n"
+        "    assert callable(module.handler), name\n"
+        "    assert module.__file__.startswith(sys.argv[1]), module.__file__\n"
+        "import awscrt, pydantic_core\n"
+        "assert awscrt.__file__.startswith(sys.argv[1])\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-S", "-E", "-c", probe, str(bundle.directory), str(runtime)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
