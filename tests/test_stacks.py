@@ -171,3 +171,26 @@ def test_cfn_lint_passes(assembly):
         capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_function_role_uses_a_managed_policy(template):
+    for role in resources(template, "AWS::IAM::Role").values():
+        assert "ManagedPolicyArns" not in role["Properties"], role
+
+
+def test_cdk_nag_fails_the_synth_on_a_new_wildcard(tmp_path):
+    """The acknowledged findings are exact: a wildcard added later is not covered by them."""
+    from aws_cdk import aws_iam as iam
+
+    sys.path.insert(0, str(ROOT))
+    import app
+
+    built = app.build_app(str(tmp_path / "cdk.out"))
+    stack = built.node.find_child("VoiceApi")
+    worker = stack.node.find_child("Worker")
+    worker.add_to_role_policy(iam.PolicyStatement(actions=["dynamodb:Scan"], resources=["*"]))
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        built.synth()
+    report = json.loads((tmp_path / "cdk.out" / "validation-report.json").read_text())
+    findings = [v["ruleName"] for r in report["pluginReports"] for v in r["violations"]]
+    assert findings == ["AwsSolutions-IAM5[Resource::*]"]
