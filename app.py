@@ -3,7 +3,8 @@
 cdk-nag's AwsSolutions checks run on every synth.
 
 Context values (``cdk deploy -c name=value``): ``bedrock_model_id`` (the model the agent uses),
-``speech_endpoint_name`` (default ``kokoro-82m``).
+``speech_model`` (default ``kokoro-82m``; the endpoint is ``voicewire-<model>``), ``instance_type``
+(default ``ml.g5.xlarge``), ``image_uri`` (a prebuilt speech image: no Docker build).
 """
 
 import os
@@ -13,29 +14,41 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from stacks.speech import EndpointSettings, SpeechEndpoint, SpeechFoundation
 from stacks.voice_api import VoiceApi, VoiceApiSettings
 
 DEFAULT_MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
 
 
-def build_app(outdir: str | None = None) -> cdk.App:
-    app = cdk.App(outdir=outdir)
+# Feature flags (also in cdk.json): server access logs are granted by a bucket policy, not the
+# legacy LogDeliveryWrite ACL.
+FEATURE_FLAGS = {"@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True}
+
+
+def build_app(outdir: str | None = None, context: dict[str, object] | None = None) -> cdk.App:
+    """The app; ``context`` as ``cdk -c`` would give it (tests)."""
+    app = cdk.App(outdir=outdir, context={**FEATURE_FLAGS, **(context or {})})
     # cdk-nag's AwsSolutions pack on every synth: an unacknowledged finding fails it. Each
     # acknowledgment sits next to the construct it concerns, with its reason.
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    context = app.node.try_get_context
+    env = cdk.Environment(
+        account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=os.environ.get("CDK_DEFAULT_REGION")
+    )
+    foundation = SpeechFoundation(app, "SpeechFoundation", env=env)
+    endpoint_settings = EndpointSettings(
+        model=context("speech_model") or "kokoro-82m",
+        instance_type=context("instance_type") or EndpointSettings.instance_type,
+        image_uri=context("image_uri"),
+    )
+    SpeechEndpoint(
+        app, f"SpeechEndpoint-{endpoint_settings.model}", foundation, endpoint_settings, env=env
+    )
     settings = VoiceApiSettings(
-        bedrock_model_id=app.node.try_get_context("bedrock_model_id") or DEFAULT_MODEL,
-        speech_endpoint_name=app.node.try_get_context("speech_endpoint_name") or "kokoro-82m",
+        bedrock_model_id=context("bedrock_model_id") or DEFAULT_MODEL,
+        speech_endpoint_name=endpoint_settings.endpoint_name,
     )
-    VoiceApi(
-        app,
-        "VoiceApi",
-        settings,
-        env=cdk.Environment(
-            account=os.environ.get("CDK_DEFAULT_ACCOUNT"),
-            region=os.environ.get("CDK_DEFAULT_REGION"),
-        ),
-    )
+    VoiceApi(app, "VoiceApi", settings, env=env)
     return app
 
 

@@ -133,7 +133,7 @@ def test_the_worker_may_invoke_the_speech_endpoint_and_the_model_only(template):
     assert set(sagemaker[0]["Action"]) == {
         "sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithBidirectionalStream",
     }  # fmt: skip
-    assert "endpoint/kokoro-82m" in json.dumps(sagemaker[0]["Resource"])
+    assert "endpoint/voicewire-kokoro-82m" in json.dumps(sagemaker[0]["Resource"])
     bedrock = [s for s in statements if s["Action"] == "bedrock:InvokeModelWithResponseStream"]
     assert len(bedrock) == 1 and "inference-profile/us.anthropic" in json.dumps(bedrock[0])
 
@@ -163,11 +163,12 @@ def test_the_functions_asset_is_the_bundle(assembly):
     assert list(bundles[0].glob("_awscrt*.so")) and not (bundles[0] / "speech_server").exists()
 
 
-def test_cfn_lint_passes(assembly):
-    template = Path(assembly.directory) / "VoiceApi.template.json"
+def test_cfn_lint_passes_on_every_template(assembly):
+    templates = sorted(str(path) for path in Path(assembly.directory).glob("*.template.json"))
+    assert len(templates) == 3
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run(
-        [str(cfn_lint), "--ignore-checks", *CFN_LINT_ACCEPTED, "--", str(template)],
+        [str(cfn_lint), "--ignore-checks", *CFN_LINT_ACCEPTED, "--", *templates],
         capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -194,3 +195,127 @@ def test_cdk_nag_fails_the_synth_on_a_new_wildcard(tmp_path):
     report = json.loads((tmp_path / "cdk.out" / "validation-report.json").read_text())
     findings = [v["ruleName"] for r in report["pluginReports"] for v in r["violations"]]
     assert findings == ["AwsSolutions-IAM5[Resource::*]"]
+
+
+# --- the SageMaker side ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def foundation(assembly) -> Template:
+    return Template.from_json(assembly.get_stack_by_name("SpeechFoundation").template)
+
+
+@pytest.fixture(scope="module")
+def endpoint(assembly) -> Template:
+    return Template.from_json(assembly.get_stack_by_name("SpeechEndpoint-kokoro-82m").template)
+
+
+def test_the_weights_bucket_is_private_encrypted_versioned_tls_only_and_logged(foundation):
+    buckets = resources(foundation, "AWS::S3::Bucket")
+    (weights,) = [b for b in buckets.values() if "LoggingConfiguration" in b["Properties"]]
+    properties = weights["Properties"]
+    assert properties["VersioningConfiguration"] == {"Status": "Enabled"}
+    assert properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert all(properties["PublicAccessBlockConfiguration"].values())
+    assert weights["DeletionPolicy"] == "Retain"
+    policies = json.dumps(resources(foundation, "AWS::S3::BucketPolicy"))
+    assert '"aws:SecureTransport": "false"' in policies
+    assert "LogDeliveryWrite" not in json.dumps(buckets)  # a bucket policy, not the legacy ACL
+
+
+def test_sagemaker_reads_the_weights_only_and_the_wildcards_are_the_documented_ones(foundation):
+    statements = _statements(foundation)
+    actions = {action for s in statements for action in _listed(s["Action"])}
+    assert "s3:PutObject" not in actions and not any(a.endswith("*") for a in actions)
+    assert {"s3:GetObject", "s3:ListBucket"} <= actions
+    everywhere = [s for s in statements if "*" in _listed(s["Resource"])]
+    # No resource-level permissions exist for these (the metric namespace is pinned).
+    assert sorted(a for s in everywhere for a in _listed(s["Action"])) == [
+        "cloudwatch:PutMetricData", "ecr:GetAuthorizationToken",
+    ]  # fmt: skip
+    (metrics,) = [s for s in everywhere if s["Action"] == "cloudwatch:PutMetricData"]
+    assert metrics["Condition"]["StringEquals"]["cloudwatch:namespace"]
+    foundation.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "AssumeRolePolicyDocument": Match.object_like(
+                {
+                    "Statement": [
+                        Match.object_like({"Principal": {"Service": "sagemaker.amazonaws.com"}})
+                    ]
+                }
+            )
+        },
+    )
+
+
+def test_clients_may_invoke_this_projects_endpoints_only(foundation):
+    (policy,) = resources(foundation, "AWS::IAM::ManagedPolicy").values()
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert set(statement["Action"]) == {
+        "sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithBidirectionalStream",
+    }  # fmt: skip
+    assert json.dumps(statement["Resource"]).endswith(':endpoint/voicewire-*"]]}')
+
+
+def test_the_endpoint_mounts_the_weights_on_a_gpu_with_time_to_load(endpoint):
+    (model,) = resources(endpoint, "AWS::SageMaker::Model").values()
+    container = model["Properties"]["PrimaryContainer"]
+    source = container["ModelDataSource"]["S3DataSource"]
+    assert (source["S3DataType"], source["CompressionType"]) == ("S3Prefix", "None")
+    assert "models/kokoro-82m/" in json.dumps(source["S3Uri"])
+    assert container["Environment"]["VOICEWIRE_ENGINE"] == "torch"
+    (config,) = resources(endpoint, "AWS::SageMaker::EndpointConfig").values()
+    (variant,) = config["Properties"]["ProductionVariants"]
+    assert variant["InstanceType"] == "ml.g5.xlarge"
+    assert variant["ContainerStartupHealthCheckTimeoutInSeconds"] >= 600
+    endpoint.has_resource_properties(
+        "AWS::SageMaker::Endpoint", {"EndpointName": "voicewire-kokoro-82m"}
+    )
+
+
+def test_the_endpoint_scales_on_sessions_and_alarms_on_errors_and_latency(endpoint):
+    endpoint.has_resource_properties(
+        "AWS::ApplicationAutoScaling::ScalableTarget",
+        {"ResourceId": "endpoint/voicewire-kokoro-82m/variant/AllTraffic", "MinCapacity": 1,
+         "MaxCapacity": 4, "ScalableDimension": "sagemaker:variant:DesiredInstanceCount"},
+    )  # fmt: skip
+    (policy,) = resources(endpoint, "AWS::ApplicationAutoScaling::ScalingPolicy").values()
+    tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["PredefinedMetricSpecification"]["PredefinedMetricType"] == (
+        "SageMakerVariantInvocationsPerInstance"
+    )
+    assert tracking["ScaleInCooldown"] > tracking["ScaleOutCooldown"]
+    alarms = {
+        a["Properties"]["MetricName"]
+        for a in resources(endpoint, "AWS::CloudWatch::Alarm").values()
+    }
+    assert alarms == {"Invocation5XXErrors", "ModelLatency"}
+
+
+def test_the_image_asset_carries_the_bidirectional_streaming_label(assembly):
+    stack = assembly.get_stack_by_name("SpeechEndpoint-kokoro-82m")
+    manifest = json.loads(Path(assembly.directory, f"{stack.stack_name}.assets.json").read_text())
+    (image,) = manifest["dockerImages"].values()
+    source = Path(assembly.directory) / image["source"]["directory"]
+    dockerfile = (source / image["source"]["dockerFile"]).read_text()
+    assert "com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true" in dockerfile
+    assert image["source"].get("platform") == "linux/amd64"
+    assert not (source / ".venv").exists() and not (source / "tests").exists()
+
+
+def test_a_prebuilt_image_needs_no_asset(tmp_path):
+    sys.path.insert(0, str(ROOT))
+    import app
+
+    uri = "123456789012.dkr.ecr.us-east-1.amazonaws.com/voicewire-speech:1"
+    built = app.build_app(str(tmp_path / "cdk.out"), context={"image_uri": uri}).synth()
+    stack = built.get_stack_by_name("SpeechEndpoint-kokoro-82m")
+    (model,) = Template.from_json(stack.template).find_resources("AWS::SageMaker::Model").values()
+    assert model["Properties"]["PrimaryContainer"]["Image"] == uri
+    manifest = json.loads(Path(built.directory, f"{stack.stack_name}.assets.json").read_text())
+    assert not manifest.get("dockerImages")
+
+
+def _listed(value) -> list:
+    return value if isinstance(value, list) else [value]
