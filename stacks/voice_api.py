@@ -47,6 +47,7 @@ from constructs import Construct
 from functions.adapters.session_table import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 from functions.worker_policy import WORKER_POLICY
 from stacks.lambda_bundle import LAMBDA_PLATFORM, LAMBDA_PYTHON, ROOT, build_bundle
+from stacks.pipeline_monitoring import PipelineMonitoring
 
 ROUTES = ("ask", "speak", "cancel")
 TOKEN_QUERY_PARAMETER = "token"
@@ -326,6 +327,8 @@ class VoiceApi(Stack):
                 "messages arrive on a connection that $connect's token authorizer admitted.",
             )
         )
+
+        self.monitoring = PipelineMonitoring(self, "Monitoring", self.worker)
 
         self.wss_url = CfnOutput(self, "WebSocketUrl", value=self.stage.url)
         self.callback_url = CfnOutput(self, "CallbackUrl", value=self.stage.callback_url)

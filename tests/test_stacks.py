@@ -319,3 +319,26 @@ def test_a_prebuilt_image_needs_no_asset(tmp_path):
 
 def _listed(value) -> list:
     return value if isinstance(value, list) else [value]
+
+
+def test_the_dashboard_shows_first_audio_and_turns_and_the_alarms_watch_failures(template):
+    (dashboard,) = resources(template, "AWS::CloudWatch::Dashboard").values()
+    body = json.dumps(dashboard["Properties"]["DashboardBody"])
+    for name in ("TimeToFirstAudio", "Turns_failed", "Turns_complete", "WorkerJobsDropped"):
+        assert name in body
+    alarms = resources(template, "AWS::CloudWatch::Alarm").values()
+    watched = set()
+    for alarm in alarms:
+        properties = alarm["Properties"]
+        if "MetricName" in properties:
+            watched.add(properties["MetricName"])
+        for query in properties.get("Metrics", []):
+            if "MetricStat" in query:
+                watched.add(query["MetricStat"]["Metric"]["MetricName"])
+    assert {
+        "Turns_failed",
+        "TimeToFirstAudio",
+        "Errors",
+        "Throttles",
+        "TurnRecordsFailed",
+    } <= watched
