@@ -4,7 +4,8 @@ cdk-nag's AwsSolutions checks run on every synth.
 
 Context values (``cdk deploy -c name=value``): ``bedrock_model_id`` (the model the agent uses),
 ``speech_model`` (default ``kokoro-82m``; the endpoint is ``voicewire-<model>``), ``instance_type``
-(default ``ml.g5.xlarge``), ``image_uri`` (a prebuilt speech image: no Docker build).
+(default ``ml.g5.xlarge``), ``image_uri`` (a prebuilt speech image: no Docker build),
+``speech_endpoint_name`` (another endpoint for the agent's speech).
 """
 
 import os
@@ -46,7 +47,7 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
     )
     settings = VoiceApiSettings(
         bedrock_model_id=context("bedrock_model_id") or DEFAULT_MODEL,
-        speech_endpoint_name=endpoint_settings.endpoint_name,
+        speech_endpoint_name=context("speech_endpoint_name") or endpoint_settings.endpoint_name,
     )
     VoiceApi(app, "VoiceApi", settings, env=env)
     return app

@@ -14,6 +14,8 @@ import jwt
 ALGORITHM = "HS256"
 ISSUER = "voicewire"
 DEFAULT_TTL_SECONDS = 3600
+# Where a deployment keeps the HMAC secret (an SSM SecureString made by ``agent-infra deploy``).
+TOKEN_SECRET_PARAMETER = "/voicewire/token-secret"
 
 
 class InvalidToken(Exception):

@@ -45,6 +45,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from functions.adapters.session_table import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
+from functions.auth_tokens import TOKEN_SECRET_PARAMETER
 from functions.worker_policy import WORKER_POLICY
 from stacks.lambda_bundle import LAMBDA_PLATFORM, LAMBDA_PYTHON, ROOT, build_bundle
 from stacks.pipeline_monitoring import PipelineMonitoring
@@ -57,7 +58,7 @@ TOKEN_QUERY_PARAMETER = "token"
 class VoiceApiSettings:
     bedrock_model_id: str
     speech_endpoint_name: str = "kokoro-82m"
-    token_parameter_name: str = "/voicewire/token-secret"
+    token_parameter_name: str = TOKEN_SECRET_PARAMETER
     stage_name: str = "prod"
     # Per-route throttling of the stage: a voice client sends a few messages per turn.
     throttle_rate: float = 50.0

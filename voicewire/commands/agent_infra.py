@@ -1,7 +1,15 @@
 """``agent-infra``: the agent side of a deployment (the WebSocket API and its functions).
 
+    uv run agent-infra deploy|diff|synth|destroy --bedrock-model-id ID [--endpoint-name NAME]
+    uv run agent-infra token [--ttl 3600] [--principal NAME]
+    uv run agent-infra demo --url wss://... [--prompt ...] [--trials 3]
     uv run agent-infra check --url wss://abc123.execute-api.eu-west-1.amazonaws.com/prod \\
         [--token TOKEN] [--json report.json]
+
+``deploy`` makes the token secret (an SSM SecureString, which CloudFormation cannot create) if
+the account has none yet, then deploys the VoiceApi stack. ``token`` mints a connection token
+from the deployed secret. ``demo`` runs ``voicewire demo``'s bidi-vs-batch comparison against the
+deployed API (with a fresh token unless the URL has one).
 
 ``check`` verifies from outside, in a few seconds, what only a real deployment can show
 (``voicewire.commands.deployment_check``). It works against the local stack too
@@ -13,9 +21,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import secrets
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from functions.auth_tokens import TOKEN_SECRET_PARAMETER
+from voicewire.commands.cdk_runner import InfraError, check_account, check_node, run_cdk
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +36,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="agent-infra", description="The agent side of a voicewire deployment."
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for action in ACTIONS:
+        infra = commands.add_parser(action, help=f"cdk {action} the VoiceApi stack")
+        infra.add_argument(
+            "--bedrock-model-id", required=action != "destroy",
+            help="the Bedrock model (or inference profile) the agent uses",
+        )  # fmt: skip
+        infra.add_argument("--endpoint-name", help="the speech endpoint (voicewire-kokoro-82m)")
+    token = commands.add_parser("token", help="mint a connection token from the deployed secret")
+    token.add_argument("--ttl", type=int, default=3600, help="seconds the token stays valid")
+    token.add_argument("--principal", default="agent-infra", help="who the token names")
+    demo = commands.add_parser("demo", help="bidi vs batch against a deployed API")
+    demo.add_argument("--url", required=True, help="the API's wss:// URL (the stage URL)")
+    demo.add_argument("--prompt", help="the question")
+    demo.add_argument("--trials", type=int, default=3)
+    demo.add_argument("--json", help="also write the figures to this file")
     check = commands.add_parser(
         "check",
         help="check a deployed WebSocket API: audio frame type, first audio, bidi vs batch",
@@ -34,8 +62,86 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+ACTIONS = ("deploy", "diff", "synth", "destroy")
+
+
+def ensure_token_secret(region: str) -> bool:
+    """Create the token secret if the account has none; True if it was created."""
+    import boto3
+
+    ssm = boto3.client("ssm", region_name=region)
+    try:
+        ssm.get_parameter(Name=TOKEN_SECRET_PARAMETER)
+        return False
+    except ssm.exceptions.ParameterNotFound:
+        ssm.put_parameter(
+            Name=TOKEN_SECRET_PARAMETER, Type="SecureString", Value=secrets.token_urlsafe(48),
+            Description="voicewire: the HMAC secret of connection tokens",
+        )  # fmt: skip
+        return True
+
+
+def deployed_token(ttl: int, principal: str) -> str:
+    import boto3
+    from botocore.exceptions import ClientError
+
+    from functions.auth_tokens import mint_token
+
+    try:
+        parameter = boto3.client("ssm").get_parameter(
+            Name=TOKEN_SECRET_PARAMETER, WithDecryption=True
+        )
+    except ClientError as error:
+        raise InfraError(
+            f"the token secret {TOKEN_SECRET_PARAMETER} cannot be read ({error}): deploy first "
+            "(agent-infra deploy), with credentials of the same account and region"
+        ) from None
+    return mint_token(parameter["Parameter"]["Value"], principal, ttl)
+
+
+def with_token(url: str, token: str) -> str:
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query.setdefault("token", token)
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def infra(args: argparse.Namespace) -> int:
+    context = {}
+    if args.bedrock_model_id:
+        context["bedrock_model_id"] = args.bedrock_model_id
+    if args.endpoint_name:
+        context["speech_endpoint_name"] = args.endpoint_name
+    needs_account = args.command != "synth"
+    if args.command == "deploy":
+        check_node()
+        _, region = check_account()
+        if ensure_token_secret(region):
+            print(f"created the token secret {TOKEN_SECRET_PARAMETER} (SSM SecureString)")
+    return run_cdk(args.command, ["VoiceApi"], context, needs_account=needs_account)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    try:
+        if args.command in ACTIONS:
+            sys.exit(infra(args))
+        if args.command == "token":
+            print(deployed_token(args.ttl, args.principal))
+            return
+        if args.command == "demo":
+            url = args.url
+            if "token=" not in url:
+                url = with_token(url, deployed_token(3600, "agent-infra-demo"))
+            from voicewire.cli import main as voicewire_main
+
+            demo = ["demo", "--url", url, "--trials", str(args.trials)]
+            demo += ["--prompt", args.prompt] if args.prompt else []
+            demo += ["--json", args.json] if args.json else []
+            voicewire_main(demo)
+            return
+    except InfraError as error:
+        sys.exit(f"agent-infra {args.command}: {error}")
     from voicewire.commands.deployment_check import ASK_PROMPT, CheckFailed, check, render
 
     try:

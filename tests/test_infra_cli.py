@@ -1,0 +1,118 @@
+"""``speech-infra`` and ``agent-infra``: what they run, what they say when something is missing,
+and the token secret's life, over moto's SSM and STS."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+
+from functions.auth_tokens import TOKEN_SECRET_PARAMETER, verify_token
+from voicewire.commands import agent_infra, speech_infra
+from voicewire.commands.cdk_runner import (
+    BOOTSTRAP_PARAMETER,
+    CDK_CLI,
+    InfraError,
+    cdk_command,
+    check_bootstrap,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_speech_infra_deploys_the_foundation_then_the_endpoint_and_destroys_the_endpoint():
+    args = speech_infra.build_parser().parse_args(
+        ["deploy", "kokoro-82m", "--instance-type", "ml.g6.2xlarge"]
+    )
+    stacks, context = speech_infra.plan(args)
+    assert stacks == ["SpeechFoundation", "SpeechEndpoint-kokoro-82m"]
+    assert context == {"speech_model": "kokoro-82m", "instance_type": "ml.g6.2xlarge"}
+    destroy = speech_infra.build_parser().parse_args(["destroy", "kokoro-82m"])
+    assert speech_infra.plan(destroy)[0] == ["SpeechEndpoint-kokoro-82m"]
+
+
+def test_the_cdk_cli_is_a_pinned_2x_release_run_on_this_interpreter():
+    command = cdk_command("synth", ["VoiceApi"], {"bedrock_model_id": "m"})
+    assert command[:3] == ["npx", "--yes", CDK_CLI] and CDK_CLI.startswith("aws-cdk@2.")
+    assert command[command.index("--app") + 1] == f"{sys.executable} app.py"
+    assert command[-2:] == ["--context", "bedrock_model_id=m"]
+
+
+def _run(module: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env,
+        cwd=ROOT, timeout=120,
+    )  # fmt: skip
+
+
+def test_missing_node_is_one_line_with_the_fix(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}  # nothing on it: no node, no npx
+    result = _run("voicewire.commands.speech_infra", "synth", "kokoro-82m", env=env)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("speech-infra synth: Node.js is not installed") and "install" in line
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+def test_missing_credentials_are_one_line_with_the_fix(tmp_path):
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+    env |= {
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    result = _run("voicewire.commands.agent_infra", "deploy", "--bedrock-model-id", "m", env=env)
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("agent-infra deploy: no AWS credentials found") and "aws sso" in line
+
+
+def test_an_account_without_the_cdk_bootstrap_is_told_how_to_bootstrap(aws):
+    with pytest.raises(
+        InfraError, match=r"npx aws-cdk@2\.\S+ bootstrap aws://123456789012/us-east-1"
+    ):
+        check_bootstrap("123456789012", "us-east-1")
+    boto3.client("ssm").put_parameter(Name=BOOTSTRAP_PARAMETER, Value="30", Type="String")
+    check_bootstrap("123456789012", "us-east-1")  # bootstrapped: no error
+
+
+def test_deploy_makes_the_token_secret_once_and_token_mints_from_it(aws):
+    assert agent_infra.ensure_token_secret("us-east-1") is True
+    assert agent_infra.ensure_token_secret("us-east-1") is False  # kept, never rotated by deploy
+    stored = boto3.client("ssm").get_parameter(Name=TOKEN_SECRET_PARAMETER, WithDecryption=True)
+    assert stored["Parameter"]["Type"] == "SecureString"
+    token = agent_infra.deployed_token(600, "tester")
+    assert verify_token(stored["Parameter"]["Value"], token) == "tester"
+
+
+def test_token_without_a_deployment_says_to_deploy_first(aws):
+    with pytest.raises(InfraError, match="agent-infra deploy"):
+        agent_infra.deployed_token(600, "tester")
+
+
+def test_the_demo_url_gets_a_token_unless_it_has_one():
+    url = "wss://abc.execute-api.eu-west-1.amazonaws.com/prod"
+    assert agent_infra.with_token(url, "T") == url + "?token=T"
+    assert agent_infra.with_token(url + "?audio=base64&token=X", "T").endswith(
+        "?audio=base64&token=X"
+    )
+
+
+@pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed")
+def test_the_cdk_cli_synthesizes_the_app_without_credentials(tmp_path):
+    """The real CDK CLI (npm, pinned), as ``speech-infra synth`` runs it, with no account."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
+    env |= {"AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}  # fmt: skip
+    command = cdk_command("synth", ["VoiceApi"], {"bedrock_model_id": "amazon.nova-lite-v1:0"})
+    result = subprocess.run(
+        [*command, "--output", str(tmp_path / "cdk.out"), "--quiet"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "cdk.out" / "VoiceApi.template.json").is_file()

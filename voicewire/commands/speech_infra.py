@@ -1,0 +1,62 @@
+"""``speech-infra``: the SageMaker side of a deployment, one model at a time.
+
+    uv run speech-infra deploy kokoro-82m [--instance-type ml.g5.xlarge] [--image-uri URI]
+    uv run speech-infra diff|synth|destroy kokoro-82m
+
+``deploy`` deploys SpeechFoundation (the weights bucket and roles) then the model's
+SpeechEndpoint; ``destroy`` removes the endpoint stack, and says what it leaves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from voicewire.commands.cdk_runner import InfraError, run_cdk
+
+ACTIONS = ("deploy", "diff", "synth", "destroy")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="speech-infra", description="The SageMaker side of a voicewire deployment."
+    )
+    parser.add_argument("action", choices=ACTIONS)
+    parser.add_argument("model", help="the speech model, e.g. kokoro-82m")
+    parser.add_argument("--instance-type", help="the endpoint's instance type (ml.g5.xlarge)")
+    parser.add_argument("--image-uri", help="a prebuilt speech image (no Docker build needed)")
+    return parser
+
+
+def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The stacks ``args.action`` concerns, in order, and the CDK context to pass."""
+    context = {"speech_model": args.model}
+    if args.instance_type:
+        context["instance_type"] = args.instance_type
+    if args.image_uri:
+        context["image_uri"] = args.image_uri
+    endpoint = f"SpeechEndpoint-{args.model}"
+    # The foundation (bucket, roles) outlives the endpoints: destroy removes the endpoint only.
+    stacks = [endpoint] if args.action == "destroy" else ["SpeechFoundation", endpoint]
+    return stacks, context
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    stacks, context = plan(args)
+    try:
+        status = run_cdk(args.action, stacks, context, needs_account=args.action != "synth")
+    except InfraError as error:
+        sys.exit(f"speech-infra {args.action}: {error}")
+    if args.action == "destroy" and status == 0:
+        print(
+            "left in place: the SpeechFoundation stack (its weights bucket and access logs are "
+            "retained: delete them in S3 when no model needs them) and the image in the CDK "
+            "bootstrap's ECR repository"
+        )
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()
