@@ -116,3 +116,69 @@ def test_the_cdk_cli_synthesizes_the_app_without_credentials(tmp_path):
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "cdk.out" / "VoiceApi.template.json").is_file()
+
+
+# --- the model's weights into the bucket -------------------------------------------------------
+
+
+def model_directory(root: Path) -> Path:
+    (root / "voices").mkdir(parents=True)
+    (root / "config.json").write_text('{"n_token": 178}')
+    (root / "kokoro-v1_0.pth").write_bytes(os.urandom(300_000))
+    for voice in ("af_heart", "am_adam"):
+        (root / "voices" / f"{voice}.pt").write_bytes(os.urandom(20_000))
+    return root
+
+
+def test_weights_go_up_once_with_their_sha256_and_a_manifest(aws, tmp_path):
+    import json
+
+    from voicewire.commands.model_weights import sha256_of, upload_weights, weights_in_bucket
+
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="weights")
+    directory = model_directory(tmp_path / "kokoro")
+    assert weights_in_bucket("weights", "kokoro-82m", s3) is False
+    lines: list[str] = []
+    first = upload_weights(directory, "weights", "kokoro-82m", s3, lines.append)
+    assert sorted(first.uploaded) == [
+        "config.json", "kokoro-v1_0.pth", "voices/af_heart.pt", "voices/am_adam.pt",
+    ]  # fmt: skip
+    assert any("uploading" in line and "[2/4]" in line for line in lines)  # progress shown
+    head = s3.head_object(Bucket="weights", Key="models/kokoro-82m/kokoro-v1_0.pth")
+    assert head["Metadata"]["sha256"] == sha256_of(directory / "kokoro-v1_0.pth")
+    manifest = json.loads(
+        s3.get_object(Bucket="weights", Key="models/kokoro-82m/MANIFEST.json")["Body"].read()
+    )
+    assert set(manifest["sha256"]) == set(first.uploaded)
+    assert weights_in_bucket("weights", "kokoro-82m", s3) is True
+    # A second deploy sends only what changed.
+    (directory / "voices" / "am_adam.pt").write_bytes(os.urandom(20_000))
+    second = upload_weights(directory, "weights", "kokoro-82m", s3, lines.append)
+    assert second.uploaded == ["voices/am_adam.pt"] and len(second.unchanged) == 3
+
+
+def test_an_incomplete_model_directory_is_named_before_any_deploy(tmp_path):
+    from voicewire.commands.model_weights import weight_files
+
+    directory = model_directory(tmp_path / "kokoro")
+    (directory / "kokoro-v1_0.pth").unlink()
+    with pytest.raises(InfraError, match=r"lacks a \*\.pth weights file"):
+        weight_files(directory)
+
+
+def test_the_weights_bucket_is_found_from_the_deployed_foundation(aws):
+    from voicewire.commands.model_weights import weights_bucket
+
+    cloudformation = boto3.client("cloudformation")
+    with pytest.raises(InfraError, match="speech-infra deploy"):
+        weights_bucket(cloudformation)
+    template = {
+        "Resources": {"Weights": {"Type": "AWS::S3::Bucket"}},
+        "Outputs": {"WeightsBucket": {"Value": {"Ref": "Weights"}}},
+    }
+    import json
+
+    cloudformation.create_stack(StackName="SpeechFoundation", TemplateBody=json.dumps(template))
+    bucket = weights_bucket(cloudformation)
+    assert bucket == boto3.client("s3").list_buckets()["Buckets"][0]["Name"]

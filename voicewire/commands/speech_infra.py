@@ -1,10 +1,14 @@
 """``speech-infra``: the SageMaker side of a deployment, one model at a time.
 
-    uv run speech-infra deploy kokoro-82m [--instance-type ml.g5.xlarge] [--image-uri URI]
+    uv run speech-infra deploy kokoro-82m --weights DIR \\
+        [--instance-type ml.g5.xlarge] [--image-uri URI]
     uv run speech-infra diff|synth|destroy kokoro-82m
 
-``deploy`` deploys SpeechFoundation (the weights bucket and roles) then the model's
-SpeechEndpoint; ``destroy`` removes the endpoint stack, and says what it leaves.
+``deploy`` deploys SpeechFoundation (the weights bucket and roles), puts the model's weights
+from ``--weights`` (the Kokoro-82M model directory: config.json, kokoro-v1_0.pth, voices/*.pt)
+into the bucket, then deploys the model's SpeechEndpoint, which mounts them: the endpoint never
+reaches a model hub. ``--weights`` can be left out once the bucket holds them. ``destroy``
+removes the endpoint stack, and says what it leaves.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from voicewire.commands.cdk_runner import InfraError, run_cdk
 
@@ -26,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("model", help="the speech model, e.g. kokoro-82m")
     parser.add_argument("--instance-type", help="the endpoint's instance type (ml.g5.xlarge)")
     parser.add_argument("--image-uri", help="a prebuilt speech image (no Docker build needed)")
+    parser.add_argument(
+        "--weights", type=Path, help="the model directory to upload (deploy; once per change)"
+    )
     return parser
 
 
@@ -42,11 +50,39 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     return stacks, context
 
 
+def deploy(args: argparse.Namespace, stacks: list[str], context: dict[str, str]) -> int:
+    """The foundation, the weights into its bucket, then the endpoint that mounts them."""
+    import boto3
+
+    from voicewire.commands import model_weights
+
+    if args.weights is not None:
+        model_weights.weight_files(args.weights)  # a bad directory fails before any deploy
+    foundation, endpoint = stacks
+    status = run_cdk("deploy", [foundation], context)
+    if status != 0:
+        return status
+    bucket = model_weights.weights_bucket(boto3.client("cloudformation"))
+    s3 = boto3.client("s3")
+    if args.weights is not None:
+        report = model_weights.upload_weights(args.weights, bucket, args.model, s3)
+        print(f"weights: {len(report.uploaded)} files sent, {len(report.unchanged)} unchanged")
+    elif not model_weights.weights_in_bucket(bucket, args.model, s3):
+        raise InfraError(
+            f"s3://{bucket}/{model_weights.model_prefix(args.model)} holds no weights yet: "
+            "give the model directory with --weights DIR"
+        )
+    return run_cdk("deploy", [endpoint], context)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     stacks, context = plan(args)
     try:
-        status = run_cdk(args.action, stacks, context, needs_account=args.action != "synth")
+        if args.action == "deploy":
+            status = deploy(args, stacks, context)
+        else:
+            status = run_cdk(args.action, stacks, context, needs_account=args.action != "synth")
     except InfraError as error:
         sys.exit(f"speech-infra {args.action}: {error}")
     if args.action == "destroy" and status == 0:
