@@ -26,8 +26,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from voicewire.local_stack.stack import LocalStack, StackOptions  # noqa: E402
 from voicewire.turn_client import run_turn  # noqa: E402
+from voicewire_tools.local_stack.stack import LocalStack, StackOptions  # noqa: E402
 
 PROMPT = "Tell me a story"
 

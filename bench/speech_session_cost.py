@@ -5,8 +5,8 @@
 Starts the local stack on free ports (speech link ``sagemaker``: the SDK's CRT client through
 the local SageMaker runtime and its sidecar, the deployed code path) and measures:
 
-1. **The link alone** (``voicewire.local_stack.link_cost``), for the ``sagemaker`` and the direct
-   ``websocket`` link, ``--sessions`` sessions each, interleaved: opening a session, one
+1. **The link alone** (``voicewire_tools.local_stack.link_cost``), for the ``sagemaker`` and
+   the direct ``websocket`` link, ``--sessions`` sessions each, interleaved: opening a session, one
    message's round trip (a ``ping`` answered by the container), and a one-clause text's first
    audio (engine time plus the link).
 2. **Whole turns with and without the warm session**, ``--trials`` pairs interleaved, over the
@@ -32,9 +32,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from voicewire.local_stack.link_cost import measure_links, summarize  # noqa: E402
-from voicewire.local_stack.stack import LocalStack, StackOptions  # noqa: E402
 from voicewire.turn_client import run_turn  # noqa: E402
+from voicewire_tools.local_stack.link_cost import measure_links, summarize  # noqa: E402
+from voicewire_tools.local_stack.stack import LocalStack, StackOptions  # noqa: E402
 
 SPEAK = {"action": "speak", "text": "Hello there, how can I help?"}
 ASK = {"action": "ask", "prompt": "Why does streaming make voice agents feel faster?"}

@@ -160,7 +160,7 @@ def free_port() -> int:
 def local_server() -> Iterator[str]:
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "voicewire.cli", "serve-speech", "--port", str(port)],
+        [sys.executable, "-m", "voicewire_tools.cli", "serve-speech", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         env=os.environ,

@@ -24,7 +24,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """moto's in-memory AWS, with fake credentials so no real account can be reached."""
     from moto import mock_aws
 
-    from voicewire.local_stack.moto_dynamodb import make_moto_dynamodb_atomic
+    from voicewire_tools.local_stack.moto_dynamodb import make_moto_dynamodb_atomic
 
     make_moto_dynamodb_atomic()  # each request atomic, as DynamoDB's are
     for name, value in {
@@ -113,7 +113,7 @@ LOCAL_CREDENTIALS = {
 class LocalRuntime:
     """The local SageMaker runtime in front of a speech server, and how to reach it."""
 
-    running: object  # voicewire.local_stack.sagemaker_runtime.RunningRuntime
+    running: object  # voicewire_tools.local_stack.sagemaker_runtime.RunningRuntime
     tls: object  # LocalTls
 
     @property
@@ -143,8 +143,8 @@ class LocalRuntime:
 
 def start_runtime_for(container_url: str, tmp_dir, **options) -> LocalRuntime:
     from speech_server.server import bind_socket
-    from voicewire.local_stack.local_tls import LocalTls
-    from voicewire.local_stack.sagemaker_runtime import start_runtime
+    from voicewire_tools.local_stack.local_tls import LocalTls
+    from voicewire_tools.local_stack.sagemaker_runtime import start_runtime
 
     tls = LocalTls.create(tmp_dir)
     running = start_runtime(
@@ -166,7 +166,7 @@ def sagemaker_runtime(speech_server, tmp_path_factory) -> Iterator[LocalRuntime]
 @pytest.fixture(scope="module")
 def stack():
     """``voicewire up``'s topology in-process on free ports, one per test module."""
-    from voicewire.local_stack.stack import LocalStack, StackOptions
+    from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
     # As unkind as AWS (the defaults): concurrent messages, Lambda-style retries (sooner).
     options = StackOptions(port=0, speech_port=0, runtime_port=0, async_retry_delays=(0.2, 0.4))

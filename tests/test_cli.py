@@ -15,7 +15,7 @@ from conftest import free_port
 
 def voicewire(*args: str, **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "voicewire.cli", *args],
+        [sys.executable, "-m", "voicewire_tools.cli", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

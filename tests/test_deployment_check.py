@@ -14,7 +14,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from voicewire.client_protocol import encode_audio_frame
-from voicewire.commands.deployment_check import CheckFailed, check, render
+from voicewire_tools.commands.deployment_check import CheckFailed, check, render
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_check_passes_against_the_local_stack(stack, tmp_path):
     report_file = tmp_path / "check.json"
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire.commands.agent_infra", "check", "--url", stack.ws_url,
-         "--prompt", "Hello there", "--json", str(report_file)],
+        [sys.executable, "-m", "voicewire_tools.commands.agent_infra", "check",
+         "--url", stack.ws_url, "--prompt", "Hello there", "--json", str(report_file)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr

@@ -13,8 +13,8 @@ import boto3
 import pytest
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER, verify_token
-from voicewire.commands import agent_infra, speech_infra
-from voicewire.commands.cdk_runner import (
+from voicewire_tools.commands import agent_infra, speech_infra
+from voicewire_tools.commands.cdk_runner import (
     BOOTSTRAP_PARAMETER,
     CDK_CLI,
     InfraError,
@@ -52,7 +52,7 @@ def _run(module: str, *args: str, env: dict[str, str]) -> subprocess.CompletedPr
 
 def test_missing_node_is_one_line_with_the_fix(tmp_path):
     env = {**os.environ, "PATH": str(tmp_path)}  # nothing on it: no node, no npx
-    result = _run("voicewire.commands.speech_infra", "synth", "kokoro-82m", env=env)
+    result = _run("voicewire_tools.commands.speech_infra", "synth", "kokoro-82m", env=env)
     assert result.returncode != 0 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("speech-infra synth: Node.js is not installed") and "install" in line
@@ -66,7 +66,9 @@ def test_missing_credentials_are_one_line_with_the_fix(tmp_path):
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
         "AWS_EC2_METADATA_DISABLED": "true",
     }
-    result = _run("voicewire.commands.agent_infra", "deploy", "--bedrock-model-id", "m", env=env)
+    result = _run(
+        "voicewire_tools.commands.agent_infra", "deploy", "--bedrock-model-id", "m", env=env
+    )
     assert result.returncode != 0 and "Traceback" not in result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("agent-infra deploy: no AWS credentials found") and "aws sso" in line
@@ -133,7 +135,7 @@ def model_directory(root: Path) -> Path:
 def test_weights_go_up_once_with_their_sha256_and_a_manifest(aws, tmp_path):
     import json
 
-    from voicewire.commands.model_weights import sha256_of, upload_weights, weights_in_bucket
+    from voicewire_tools.commands.model_weights import sha256_of, upload_weights, weights_in_bucket
 
     s3 = boto3.client("s3")
     s3.create_bucket(Bucket="weights")
@@ -159,7 +161,7 @@ def test_weights_go_up_once_with_their_sha256_and_a_manifest(aws, tmp_path):
 
 
 def test_an_incomplete_model_directory_is_named_before_any_deploy(tmp_path):
-    from voicewire.commands.model_weights import weight_files
+    from voicewire_tools.commands.model_weights import weight_files
 
     directory = model_directory(tmp_path / "kokoro")
     (directory / "kokoro-v1_0.pth").unlink()
@@ -168,7 +170,7 @@ def test_an_incomplete_model_directory_is_named_before_any_deploy(tmp_path):
 
 
 def test_the_weights_bucket_is_found_from_the_deployed_foundation(aws):
-    from voicewire.commands.model_weights import weights_bucket
+    from voicewire_tools.commands.model_weights import weights_bucket
 
     cloudformation = boto3.client("cloudformation")
     with pytest.raises(InfraError, match="speech-infra deploy"):

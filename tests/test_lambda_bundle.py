@@ -48,8 +48,8 @@ def test_the_bundle_leaves_out_the_tools_the_container_and_the_tests(arm64_bundl
     root = arm64_bundle.directory
     names = {path.relative_to(root).as_posix() for path in root.rglob("*")}
     absent_names = (
-        "speech_server", "onnxruntime", "kokoro_onnx", "numpy", "voicewire/local_stack",
-        "voicewire/commands", "voicewire/cli.py", "tests", "moto", "boto3", "botocore",
+        "speech_server", "onnxruntime", "kokoro_onnx", "numpy", "voicewire_tools/local_stack",
+        "voicewire_tools/commands", "voicewire_tools/cli.py", "tests", "moto", "boto3", "botocore",
     )  # fmt: skip
     for absent in absent_names:
         assert not any(name == absent or name.startswith(absent + "/") for name in names), absent

@@ -1,9 +1,12 @@
 """Layers point one way: the shared library imports no tier, the tiers import the shared library
 (never each other, never the tools), and the tools that assemble tiers sit on top.
 
-    tools         voicewire/local_stack, voicewire/commands, voicewire/cli.py, bench/
+    tools         voicewire_tools/ (the CLI, the local stack, the infra CLIs), stacks/, bench/
     tiers         functions/ (the Lambda functions), container/speech_server/ (the container)
-    shared        the rest of voicewire/ (protocols, chunker, speech link, turn client)
+    shared        voicewire/ (protocols, chunker, speech link, turn client)
+
+Each layer is its own package, so a tier's artifact can take its package and the shared one and
+nothing else (the Lambda bundle, the container image).
 
 Every import counts, including those inside functions (done lazily to start faster).
 """
@@ -16,13 +19,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOLS = ("voicewire.local_stack", "voicewire.commands", "voicewire.cli")
+TOOLS = ("voicewire_tools", "stacks")
 TIERS = ("functions", "speech_server")
 
 
 def module_files() -> dict[str, Path]:
     files = {}
-    for base, package_root in ((ROOT, "voicewire"), (ROOT, "functions")):
+    for base, package_root in (
+        (ROOT, "voicewire"), (ROOT, "voicewire_tools"), (ROOT, "functions"), (ROOT, "stacks"),
+    ):  # fmt: skip
         for path in (base / package_root).rglob("*.py"):
             files[_module_name(path.relative_to(base))] = path
     for path in (ROOT / "container" / "speech_server").rglob("*.py"):
@@ -83,10 +88,10 @@ def test_imports_point_down_the_layers(module):
 
 def test_the_layer_rule_itself():
     assert layer_of("voicewire.speech_link.session") == "shared"
-    assert layer_of("voicewire.local_stack.stack") == "tool"
+    assert layer_of("voicewire_tools.local_stack.stack") == "tool"
     assert layer_of("functions.handlers.worker") == "tier:functions"
     assert not allowed("voicewire.chunker", "functions.turn")
     assert not allowed("functions.turn", "speech_server.app")
-    assert not allowed("speech_server.app", "voicewire.local_stack.stack")
+    assert not allowed("speech_server.app", "voicewire_tools.local_stack.stack")
     assert allowed("functions.turn", "voicewire.chunker")
-    assert allowed("voicewire.local_stack.stack", "functions.wiring")
+    assert allowed("voicewire_tools.local_stack.stack", "functions.wiring")

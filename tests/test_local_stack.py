@@ -17,8 +17,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from voicewire.client_protocol import decode_audio_frame
-from voicewire.local_stack.stack import LocalStack, StackOptions
 from voicewire.turn_client import run_turn
+from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -216,7 +216,7 @@ def test_replay_runs_every_sample_event():
     samples = sorted(str(path) for path in (ROOT / "events" / "apigw").glob("*.json"))
     connect_first = [s for s in samples if s.endswith("/connect.json")] + samples
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire.cli", "replay", *connect_first],
+        [sys.executable, "-m", "voicewire_tools.cli", "replay", *connect_first],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -230,10 +230,12 @@ def test_replay_runs_every_sample_event():
 
 
 def test_demo_reports_both_modes(stack, tmp_path):
-    """Against a running stack (--url); comparing links needs its own stack (see below)."""
+    """Against a running API, as ``agent-infra demo`` runs ``voicewire demo --url`` against a
+    deployment (a URL with its token); comparing links needs its own stack (see below)."""
     figures = tmp_path / "demo.json"
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire.cli", "demo", "--url", stack.ws_url, "--trials", "1",
+        [sys.executable, "-m", "voicewire_tools.commands.agent_infra", "demo",
+         "--url", stack.ws_url + "?token=unchecked-locally", "--trials", "1",
          "--prompt", "Hello there", "--json", str(figures), "--out-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )  # fmt: skip
@@ -250,7 +252,7 @@ def test_demo_reports_both_modes(stack, tmp_path):
 def test_demo_compares_the_speech_links_side_by_side(tmp_path):
     figures = tmp_path / "demo.json"
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire.cli", "demo", "--trials", "1",
+        [sys.executable, "-m", "voicewire_tools.cli", "demo", "--trials", "1",
          "--speech-link", "sagemaker,websocket", "--prompt", "Hello there",
          "--json", str(figures), "--out-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
@@ -270,7 +272,7 @@ def test_demo_compares_the_speech_links_side_by_side(tmp_path):
 def test_ask_cli_prints_the_timeline_and_writes_audio(stack, tmp_path):
     out = tmp_path / "answer.wav"
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire.cli", "ask", "--speak", "Short and sweet.",
+        [sys.executable, "-m", "voicewire_tools.cli", "ask", "--speak", "Short and sweet.",
          "--url", stack.ws_url, "--out", str(out)],
         capture_output=True, text=True, timeout=120, cwd=ROOT,
     )  # fmt: skip
@@ -332,7 +334,7 @@ def test_voicewire_up_prints_its_urls_and_stops_on_ctrl_c(tmp_path):
 
     port, speech_port, runtime_port = free_port(), free_port(), free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "voicewire.cli", "up", "--port", str(port),
+        [sys.executable, "-m", "voicewire_tools.cli", "up", "--port", str(port),
          "--speech-port", str(speech_port), "--runtime-port", str(runtime_port)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
         env={**__import__("os").environ, "VOICEWIRE_CACHE_DIR": str(tmp_path)},
@@ -348,7 +350,7 @@ def test_voicewire_up_prints_its_urls_and_stops_on_ctrl_c(tmp_path):
     assert f"ws://127.0.0.1:{port}/ws" in output and f"http://127.0.0.1:{port}/" in output
     assert "assembling Kokoro-82M int8 ONNX" in output  # first run: the long step says so
     busy = subprocess.run(
-        [sys.executable, "-m", "voicewire.cli", "up", "--port", str(port)],
+        [sys.executable, "-m", "voicewire_tools.cli", "up", "--port", str(port)],
         capture_output=True, text=True, timeout=60, cwd=ROOT,
     )  # fmt: skip
     assert busy.returncode != 0

@@ -40,7 +40,7 @@ async def test_the_production_client_has_a_duplex_http2_transport():
 async def test_the_local_trust_survives_the_sdks_copy_of_its_config(tmp_path):
     """The SDK deep-copies its config when a client is set up; the copy of the transport must
     still trust the local CA (the base class's copy would not)."""
-    from voicewire.local_stack.local_tls import LocalTls
+    from voicewire_tools.local_stack.local_tls import LocalTls
 
     tls = LocalTls.create(tmp_path)
     client = await build_client(

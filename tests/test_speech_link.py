@@ -13,7 +13,6 @@ import asyncio
 import pytest
 from conftest import start_runtime_for
 
-from voicewire.local_stack.sagemaker_runtime import StreamFault
 from voicewire.speech_link import (
     AudioChunk,
     SpeechServerError,
@@ -25,6 +24,7 @@ from voicewire.speech_link import (
 )
 from voicewire.speech_link.sagemaker_client import Boto3CredentialsResolver
 from voicewire.speech_link.websocket_transport import WebSocketTransport
+from voicewire_tools.local_stack.sagemaker_runtime import StreamFault
 
 LONG_TEXT = (
     "This is a long answer, long enough to be cancelled while it is still being spoken. "

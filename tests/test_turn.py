@@ -166,9 +166,10 @@ async def test_audio_does_not_wait_behind_text_posts(aws, speech_server):
     assert outcome.status == "complete"
     audio_answered = [at for at, data in connection.answered if data[:1] == b"\xa1"]
     waited = audio_answered[0] - first_chunk[0]
-    # One post, plus scheduling slack on a busy 2-core machine; text piled up in front of the
-    # audio would cost many posts (hundreds of ms).
-    assert waited <= latency + 0.04, f"first audio left {waited * 1000:.0f} ms after its chunk"
+    # Its own post, plus up to one more post's time of scheduling slack (the model synthesizes
+    # on the same 2 cores); text piled up in front of the audio costs many posts: ~1 s before
+    # the text lane.
+    assert waited <= 2 * latency + 0.04, f"first audio left {waited * 1000:.0f} ms after its chunk"
     deltas = [f for f in connection.frames() if isinstance(f, dict) and f["type"] == "text_delta"]
     assert len(deltas) < len(llm.default.events) / 4  # coalesced
 

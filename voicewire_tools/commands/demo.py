@@ -58,8 +58,8 @@ def target(url: str | None, args: argparse.Namespace) -> Iterator[tuple[str, Any
     if url:
         yield url, None
         return
-    from voicewire.commands.up import quiet_lambda_output, stack_options
-    from voicewire.local_stack.stack import LocalStack
+    from voicewire_tools.commands.up import quiet_lambda_output, stack_options
+    from voicewire_tools.local_stack.stack import LocalStack
 
     quiet_lambda_output(args.verbose)
     stack = LocalStack(stack_options(args, 0), progress=lambda line: print(line, flush=True))
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> None:
 
 
 def _measure_links(stack: Any, links: tuple[str, ...]) -> list[Any]:
-    from voicewire.local_stack.link_cost import measure_links
+    from voicewire_tools.local_stack.link_cost import measure_links
 
     print("\nmeasuring each speech link alone (sessions, pings, a one-clause text)...", flush=True)
     return measure_links(stack, links)

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> None:
     from functions.adapters.session_table import create_table
     from functions.settings import Settings
     from functions.wiring import Adapters, use_adapters
-    from voicewire.local_stack.lambdas import LocalFunctions
+    from voicewire_tools.local_stack.lambdas import LocalFunctions
 
     with mock_aws():
         create_table(boto3.client("dynamodb"), "voicewire-sessions")

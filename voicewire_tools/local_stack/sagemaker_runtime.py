@@ -50,8 +50,8 @@ from smithy_aws_event_stream.events import EventMessage
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from voicewire.local_stack.http2_server import ClientGone, Http1Answer, Http2Server, Stream
-from voicewire.local_stack.local_tls import LocalTls
+from voicewire_tools.local_stack.http2_server import ClientGone, Http1Answer, Http2Server, Stream
+from voicewire_tools.local_stack.local_tls import LocalTls
 
 logger = logging.getLogger(__name__)
 

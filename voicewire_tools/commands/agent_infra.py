@@ -12,7 +12,7 @@ from the deployed secret. ``demo`` runs ``voicewire demo``'s bidi-vs-batch compa
 deployed API (with a fresh token unless the URL has one).
 
 ``check`` verifies from outside, in a few seconds, what only a real deployment can show
-(``voicewire.commands.deployment_check``). It works against the local stack too
+(``voicewire_tools.commands.deployment_check``). It works against the local stack too
 (``--url ws://127.0.0.1:8000/ws``).
 """
 
@@ -28,7 +28,7 @@ from dataclasses import asdict
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
-from voicewire.commands.cdk_runner import InfraError, check_account, check_node, run_cdk
+from voicewire_tools.commands.cdk_runner import InfraError, check_account, check_node, run_cdk
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--prompt", help="the question")
     demo.add_argument("--trials", type=int, default=3)
     demo.add_argument("--json", help="also write the figures to this file")
+    demo.add_argument("--out-dir", default="demo-audio", help="where each mode's audio goes")
     check = commands.add_parser(
         "check",
         help="check a deployed WebSocket API: audio frame type, first audio, bidi vs batch",
@@ -133,16 +134,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             url = args.url
             if "token=" not in url:
                 url = with_token(url, deployed_token(3600, "agent-infra-demo"))
-            from voicewire.cli import main as voicewire_main
+            from voicewire_tools.cli import main as voicewire_main
 
-            demo = ["demo", "--url", url, "--trials", str(args.trials)]
+            demo = ["demo", "--url", url, "--trials", str(args.trials), "--out-dir", args.out_dir]
             demo += ["--prompt", args.prompt] if args.prompt else []
             demo += ["--json", args.json] if args.json else []
             voicewire_main(demo)
             return
     except InfraError as error:
         sys.exit(f"agent-infra {args.command}: {error}")
-    from voicewire.commands.deployment_check import ASK_PROMPT, CheckFailed, check, render
+    from voicewire_tools.commands.deployment_check import ASK_PROMPT, CheckFailed, check, render
 
     try:
         report = asyncio.run(check(args.url, args.token, args.prompt or ASK_PROMPT))

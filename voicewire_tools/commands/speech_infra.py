@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from voicewire.commands.cdk_runner import InfraError, run_cdk
+from voicewire_tools.commands.cdk_runner import InfraError, run_cdk
 
 ACTIONS = ("deploy", "diff", "synth", "destroy")
 
@@ -54,7 +54,7 @@ def deploy(args: argparse.Namespace, stacks: list[str], context: dict[str, str])
     """The foundation, the weights into its bucket, then the endpoint that mounts them."""
     import boto3
 
-    from voicewire.commands import model_weights
+    from voicewire_tools.commands import model_weights
 
     if args.weights is not None:
         model_weights.weight_files(args.weights)  # a bad directory fails before any deploy

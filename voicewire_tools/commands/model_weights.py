@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from voicewire.commands.cdk_runner import InfraError
+from voicewire_tools.commands.cdk_runner import InfraError
 
 FOUNDATION_STACK = "SpeechFoundation"
 CHUNK = 1024 * 1024

@@ -61,8 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from voicewire.commands.demo import DEFAULT_PROMPT
-    from voicewire.commands.up import add_stack_arguments
+    from voicewire_tools.commands.demo import DEFAULT_PROMPT
+    from voicewire_tools.commands.up import add_stack_arguments
 
     up = commands.add_parser(
         "up",
@@ -135,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "serve-speech":
         serve_speech(args)
         return
-    from voicewire.commands import ask, demo, replay, up
+    from voicewire_tools.commands import ask, demo, replay, up
 
     commands = {"up": up.run, "ask": ask.run, "demo": demo.run, "replay": replay.run}
     commands[args.command](args)

@@ -48,7 +48,7 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def stack_options(args: argparse.Namespace, port: int) -> object:
-    from voicewire.local_stack.stack import StackOptions
+    from voicewire_tools.local_stack.stack import StackOptions
 
     return StackOptions(
         host=args.host,
@@ -70,7 +70,7 @@ def _first_link(links: str | tuple[str, ...]) -> str:
 
 
 def _speech_line(stack: object) -> str:
-    from voicewire.local_stack.stack import ENDPOINT_NAME, LocalStack
+    from voicewire_tools.local_stack.stack import ENDPOINT_NAME, LocalStack
 
     assert isinstance(stack, LocalStack)
     if stack.options.speech_link == "websocket":
@@ -94,7 +94,7 @@ def _stop_on_sigterm() -> None:
 def run(args: argparse.Namespace) -> None:
     quiet_lambda_output(args.verbose)
     _stop_on_sigterm()
-    from voicewire.local_stack.stack import LocalStack
+    from voicewire_tools.local_stack.stack import LocalStack
 
     stack = LocalStack(
         stack_options(args, args.port), progress=lambda line: print(line, flush=True)

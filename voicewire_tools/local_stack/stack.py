@@ -176,8 +176,12 @@ class LocalStack:
         from functions.adapters.relay import management_client
         from functions.settings import Settings
         from functions.wiring import Adapters, use_adapters
-        from voicewire.local_stack.gateway import Gateway, GatewayFunctions, PostFaults
-        from voicewire.local_stack.lambdas import AsyncBehaviour, LocalFunctions, LocalLambdaClient
+        from voicewire_tools.local_stack.gateway import Gateway, GatewayFunctions, PostFaults
+        from voicewire_tools.local_stack.lambdas import (
+            AsyncBehaviour,
+            LocalFunctions,
+            LocalLambdaClient,
+        )
 
         settings = Settings(
             table_name=TABLE_NAME,
@@ -230,8 +234,8 @@ class LocalStack:
 
     def _start_runtime(self, reserved: socket.socket) -> None:
         """SageMaker's front door and sidecar, in front of the speech server."""
-        from voicewire.local_stack.local_tls import LocalTls
-        from voicewire.local_stack.sagemaker_runtime import start_runtime
+        from voicewire_tools.local_stack.local_tls import LocalTls
+        from voicewire_tools.local_stack.sagemaker_runtime import start_runtime
 
         self._tls_dir = Path(tempfile.mkdtemp(prefix="voicewire-tls-"))
         self.tls = LocalTls.create(self._tls_dir)
@@ -339,7 +343,7 @@ class LocalStack:
     def _start_moto(self) -> str:
         from moto.server import ThreadedMotoServer
 
-        from voicewire.local_stack.moto_dynamodb import make_moto_dynamodb_atomic
+        from voicewire_tools.local_stack.moto_dynamodb import make_moto_dynamodb_atomic
 
         make_moto_dynamodb_atomic()  # each request atomic, as DynamoDB's are
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
