@@ -3,9 +3,10 @@
 cdk-nag's AwsSolutions checks run on every synth.
 
 Context values (``cdk deploy -c name=value``): ``bedrock_model_id`` (the model the agent uses),
-``speech_model`` (default ``kokoro-82m``; the endpoint is ``voicewire-<model>``), ``instance_type``
-(default ``ml.g5.xlarge``), ``image_uri`` (a prebuilt speech image: no Docker build),
-``speech_endpoint_name`` (another endpoint for the agent's speech).
+``speech_model`` (default ``kokoro-82m``; the endpoint is ``voicewire-<model>``), ``engine``
+(``torch`` on a GPU, the default, or ``onnx`` on a CPU), ``instance_type`` (default
+``ml.g5.xlarge``, ``ml.c7i.xlarge`` for onnx), ``image_uri`` (a prebuilt speech image: no
+Docker build), ``speech_endpoint_name`` (another endpoint for the agent's speech).
 """
 
 import os
@@ -39,7 +40,8 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
     foundation = SpeechFoundation(app, "SpeechFoundation", env=env)
     endpoint_settings = EndpointSettings(
         model=context("speech_model") or "kokoro-82m",
-        instance_type=context("instance_type") or EndpointSettings.instance_type,
+        engine=context("engine") or "torch",
+        instance_type=context("instance_type"),
         image_uri=context("image_uri"),
     )
     SpeechEndpoint(

@@ -156,10 +156,25 @@ class SpeechFoundation(Stack):
         CfnOutput(self, "WeightsBucket", value=self.weights.bucket_name)
 
 
+ENGINE_ENVIRONMENT = {
+    # The GPU engine: hexgrad's KPipeline over the mounted model directory.
+    "torch": {"VOICEWIRE_ENGINE": "torch", "VOICEWIRE_MODEL_DIR": "/opt/ml/model"},
+    # The CPU engine: the int8 ONNX model and voices voicewire assembles (model_weights.py).
+    "onnx": {
+        "VOICEWIRE_ENGINE": "onnx",
+        "VOICEWIRE_MODEL_PATH": "/opt/ml/model/model.onnx",
+        "VOICEWIRE_VOICES_PATH": "/opt/ml/model/voices.npz",
+    },
+}
+DEFAULT_INSTANCE = {"torch": "ml.g5.xlarge", "onnx": "ml.c7i.xlarge"}
+
+
 @dataclass(frozen=True)
 class EndpointSettings:
     model: str = "kokoro-82m"
-    instance_type: str = "ml.g5.xlarge"  # one A10G: Kokoro-82M needs ~1 GB of GPU memory
+    engine: str = "torch"  # torch (GPU) or onnx (CPU)
+    # torch: one A10G (Kokoro-82M needs ~1 GB of GPU memory); onnx: 4 vCPUs.
+    instance_type: str | None = None
     image_uri: str | None = None  # a prebuilt image: no Docker engine needed to deploy
     min_instances: int = 1
     max_instances: int = 4
@@ -173,6 +188,10 @@ class EndpointSettings:
     def endpoint_name(self) -> str:
         return ENDPOINT_PREFIX + self.model
 
+    @property
+    def instance(self) -> str:
+        return self.instance_type or DEFAULT_INSTANCE[self.engine]
+
 
 class SpeechEndpoint(Stack):
     def __init__(
@@ -184,6 +203,8 @@ class SpeechEndpoint(Stack):
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
+        if settings.engine not in ENGINE_ENVIRONMENT:
+            raise ValueError(f"engine must be one of {sorted(ENGINE_ENVIRONMENT)}")
         self.settings = settings
         role = foundation.execution_role
         if settings.image_uri:
@@ -226,7 +247,7 @@ class SpeechEndpoint(Stack):
                         compression_type="None",
                     )
                 ),
-                environment={"VOICEWIRE_ENGINE": "torch", "VOICEWIRE_MODEL_DIR": "/opt/ml/model"},
+                environment=ENGINE_ENVIRONMENT[settings.engine],
             ),
         )
         config = sagemaker.CfnEndpointConfig(
@@ -238,7 +259,7 @@ class SpeechEndpoint(Stack):
                     model_name=model.attr_model_name,
                     initial_instance_count=settings.min_instances,
                     initial_variant_weight=1.0,
-                    instance_type=settings.instance_type,
+                    instance_type=settings.instance,
                     container_startup_health_check_timeout_in_seconds=settings.startup_timeout_seconds,
                     model_data_download_timeout_in_seconds=settings.startup_timeout_seconds,
                 )

@@ -31,7 +31,11 @@ def test_speech_infra_deploys_the_foundation_then_the_endpoint_and_destroys_the_
     )
     stacks, context = speech_infra.plan(args)
     assert stacks == ["SpeechFoundation", "SpeechEndpoint-kokoro-82m"]
-    assert context == {"speech_model": "kokoro-82m", "instance_type": "ml.g6.2xlarge"}
+    assert context == {
+        "speech_model": "kokoro-82m",
+        "engine": "torch",
+        "instance_type": "ml.g6.2xlarge",
+    }
     destroy = speech_infra.build_parser().parse_args(["destroy", "kokoro-82m"])
     assert speech_infra.plan(destroy)[0] == ["SpeechEndpoint-kokoro-82m"]
 
@@ -184,3 +188,25 @@ def test_the_weights_bucket_is_found_from_the_deployed_foundation(aws):
     cloudformation.create_stack(StackName="SpeechFoundation", TemplateBody=json.dumps(template))
     bucket = weights_bucket(cloudformation)
     assert bucket == boto3.client("s3").list_buckets()["Buckets"][0]["Name"]
+
+
+def test_the_onnx_engine_uploads_what_voicewire_assembles(aws, onnx_engine, tmp_path):
+    """The CPU engine's files come from the local, checksum-verified assembly (no --weights)."""
+    from voicewire_tools.commands.model_weights import (
+        ONNX_MODEL,
+        ONNX_VOICES,
+        onnx_files,
+        upload_files,
+        weights_in_bucket,
+    )
+
+    files = onnx_files(progress=lambda line: None)
+    assert set(files) == {ONNX_MODEL, ONNX_VOICES} and all(p.is_file() for p in files.values())
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket="weights")
+    small = {ONNX_VOICES: files[ONNX_VOICES]}  # the 90 MB model's upload is the same code path
+    report = upload_files(small, "weights", "kokoro-82m-cpu", s3, lambda line: None)
+    assert report.uploaded == [ONNX_VOICES]
+    assert weights_in_bucket("weights", "kokoro-82m-cpu", s3)
+    args = speech_infra.build_parser().parse_args(["synth", "kokoro-82m-cpu", "--engine", "onnx"])
+    assert speech_infra.plan(args)[1] == {"speech_model": "kokoro-82m-cpu", "engine": "onnx"}

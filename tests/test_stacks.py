@@ -342,3 +342,23 @@ def test_the_dashboard_shows_first_audio_and_turns_and_the_alarms_watch_failures
         "Throttles",
         "TurnRecordsFailed",
     } <= watched
+
+
+def test_the_onnx_engine_runs_on_a_cpu_instance_with_the_assembled_files(tmp_path):
+    sys.path.insert(0, str(ROOT))
+    import app
+
+    context = {"engine": "onnx", "speech_model": "kokoro-82m-cpu"}
+    built = app.build_app(str(tmp_path / "cdk.out"), context=context).synth()
+    template = Template.from_json(built.get_stack_by_name("SpeechEndpoint-kokoro-82m-cpu").template)
+    (model,) = template.find_resources("AWS::SageMaker::Model").values()
+    environment = model["Properties"]["PrimaryContainer"]["Environment"]
+    assert environment == {
+        "VOICEWIRE_ENGINE": "onnx",
+        "VOICEWIRE_MODEL_PATH": "/opt/ml/model/model.onnx",
+        "VOICEWIRE_VOICES_PATH": "/opt/ml/model/voices.npz",
+    }
+    (config,) = template.find_resources("AWS::SageMaker::EndpointConfig").values()
+    assert config["Properties"]["ProductionVariants"][0]["InstanceType"] == "ml.c7i.xlarge"
+    voice_api = json.dumps(built.get_stack_by_name("VoiceApi").template)
+    assert "voicewire-kokoro-82m-cpu" in voice_api  # the agent speaks through that endpoint

