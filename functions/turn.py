@@ -75,7 +75,6 @@ class TurnOutcome:
     stop_reason: str | None = None
     error: ClientError | None = None
     gone: bool = False  # the client left: nothing more can be posted
-    undelivered: bool = False  # the turn's end could not be posted (the client was not told)
 
 
 @dataclass
@@ -222,7 +221,6 @@ class TurnRunner:
             outcome.gone = True
         except RelayError as failure:  # the client cannot be told; the record still is
             logger.warning("turn %s: end not delivered: %s", self.spec.turn_id, failure)
-            outcome.undelivered = True
 
     def turn_end(self, outcome: TurnOutcome) -> TurnEnd:
         return TurnEnd(

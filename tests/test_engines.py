@@ -20,7 +20,7 @@ def test_model_is_assembled_once_and_verified(tmp_path):
     path = bundled_model_path(tmp_path, progress=messages.append)
     assert path.parent == tmp_path
     assert expected_model_sha256()[:12] in path.name
-    assert model_assets._sha256_of(path) == expected_model_sha256()
+    assert model_assets.sha256_of(path) == expected_model_sha256()
     assert any("assembling" in message for message in messages)
     assert path.stat().st_size > 80_000_000
     messages.clear()
@@ -35,7 +35,7 @@ def test_a_corrupted_cache_is_rebuilt(tmp_path):
         model.write(b"\x00" * 64)
     messages: list[str] = []
     assert bundled_model_path(tmp_path, progress=messages.append) == path
-    assert model_assets._sha256_of(path) == expected_model_sha256()
+    assert model_assets.sha256_of(path) == expected_model_sha256()
     assert any("does not match" in message for message in messages)
 
 

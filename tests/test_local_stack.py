@@ -478,8 +478,9 @@ async def test_lambda_retries_a_dead_worker_which_ends_the_turn_without_speaking
 ):
     from functions.handlers import worker
 
-    async def start_then_die(job, adapters, invocation, policy):
+    async def start_then_die(job, adapters, invocation, policy, head):
         monkeypatch.setattr(worker, "run_claimed", real)  # only the first attempt dies
+        await head.discard(adapters.speech_sessions)
         await worker._relay_for(job, adapters).control(worker._turn_start(job))
         raise WorkerKilled
 

@@ -58,7 +58,7 @@ def bundled_model_path(directory: Path | None = None, progress: Progress = logge
     directory = directory or cache_dir()
     target = directory / f"kokoro-v1.0.int8.{expected[:12]}.onnx"
     if target.exists():
-        if _sha256_of(target) == expected:
+        if sha256_of(target) == expected:
             return target
         progress(f"cached model {target} does not match its sha256; assembling it again")
     directory.mkdir(parents=True, exist_ok=True)
@@ -108,7 +108,8 @@ def _data_file(name: str) -> importlib.resources.abc.Traversable:
         ) from None
 
 
-def _sha256_of(path: Path) -> str:
+def sha256_of(path: Path) -> str:
+    """The file's sha256, read in blocks (models are hundreds of MB)."""
     digest = hashlib.sha256()
     with path.open("rb") as source:
         while block := source.read(_HASH_BLOCK):

@@ -126,10 +126,17 @@ async def run_job(
     """Claim the turn, then run it, or end it unspoken, or drop a job that is not this
     worker's to run. Returns the turn's final status, or ``dropped``."""
     store = adapters.store
-    claim = await asyncio.to_thread(
-        store.claim_turn, job.connection_id, job.turn_id, invocation.request_id,
-        policy.lease_seconds,
-    )  # fmt: skip
+    head = HeadStart.begin(job, adapters)
+    try:
+        claim = await asyncio.to_thread(
+            store.claim_turn, job.connection_id, job.turn_id, invocation.request_id,
+            policy.lease_seconds,
+        )  # fmt: skip
+    except Exception:  # Lambda retries the job; nothing of it was used
+        await head.discard(adapters.speech_sessions)
+        raise
+    if claim.verdict != ClaimVerdict.CLAIMED or claim.status != "running":
+        await head.discard(adapters.speech_sessions)
     match claim.verdict:
         case ClaimVerdict.HELD | ClaimVerdict.ENDED | ClaimVerdict.UNKNOWN:
             # A second delivery of a job, or a retry of one that ended: never speak twice.
@@ -152,13 +159,14 @@ async def run_job(
             _publish_metrics(job, status, _elapsed(job), None)
             return status
     if time.time() - job.accepted_at > policy.start_deadline_seconds:
+        await head.discard(adapters.speech_sessions)
         return await end_unspoken(
             job, adapters, ErrorCode.TURN_EXPIRED,
             f"the turn's worker started more than {policy.start_deadline_seconds:g} s after "
             "the turn was accepted", announce=True,
         )  # fmt: skip
     try:
-        return await run_claimed(job, adapters, invocation, policy)
+        return await run_claimed(job, adapters, invocation, policy, head)
     except Exception as failure:  # whatever escaped: the turn still ends, and says why
         started = not isinstance(failure, _NotStarted)
         logger.exception("the worker failed", started=started)
@@ -172,13 +180,46 @@ class _NotStarted(Exception):
     """The turn failed before its first frame was posted."""
 
 
+@dataclass
+class HeadStart:
+    """What a turn needs that can start while its claim is being written, so the claim's
+    round trip is not added to the first audio: the speech session (its set-up, or the check of
+    a kept one, then runs while the turn starts and the LLM writes its first tokens) and, for
+    an ask, the conversation history. A job that is not run gives the unused session back."""
+
+    acquiring: asyncio.Task[ReadySession]
+    reading: asyncio.Task[Any] | None  # the connection record, for its history
+
+    @classmethod
+    def begin(cls, job: WorkerJob, adapters: Adapters) -> HeadStart:
+        store = adapters.store
+        reading = None
+        if job.mode != "speak":
+            reading = asyncio.create_task(
+                asyncio.to_thread(store.get_connection, job.connection_id)
+            )
+        return cls(asyncio.create_task(adapters.speech_sessions.acquire()), reading)
+
+    async def discard(self, sessions: KeptSpeechSession) -> None:
+        tasks = [self.acquiring] + ([self.reading] if self.reading is not None else [])
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.acquiring.cancelled() or self.acquiring.exception() is not None:
+            return
+        try:  # best effort: the job is not run either way
+            await sessions.release(self.acquiring.result().session, reusable=True)
+        except Exception as error:
+            logger.warning("an unused speech session could not be given back", error=repr(error))
+
+
 async def run_claimed(
-    job: WorkerJob, adapters: Adapters, invocation: Invocation, policy: WorkerPolicy
+    job: WorkerJob,
+    adapters: Adapters,
+    invocation: Invocation,
+    policy: WorkerPolicy,
+    head: HeadStart,
 ) -> str:
-    # The speech session first: its set-up (or the check of a kept one) runs while the turn
-    # starts and the LLM writes its first tokens.
     sessions = adapters.speech_sessions
-    acquiring = asyncio.create_task(sessions.acquire(), name="speech-session")
+    acquiring = head.acquiring
     speech = asyncio.create_task(_session_of(acquiring), name="speech-session-ready")
     store = adapters.store
     relay = _relay_for(job, adapters)
@@ -192,8 +233,8 @@ async def run_claimed(
     try:
         try:
             llm_request = None
-            if job.mode != "speak":
-                connection = await asyncio.to_thread(store.get_connection, job.connection_id)
+            if head.reading is not None:
+                connection = await head.reading
                 history = connection.history if connection else []
                 settings = adapters.settings
                 llm_request = converse_request(

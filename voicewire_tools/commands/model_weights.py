@@ -15,17 +15,16 @@ not sent again, so a second deploy costs a few HEAD requests.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speech_server.model_assets import sha256_of
 from voicewire_tools.commands.cdk_runner import InfraError
 
 FOUNDATION_STACK = "SpeechFoundation"
-CHUNK = 1024 * 1024
 
 
 @dataclass
@@ -78,14 +77,6 @@ def weight_files(directory: Path) -> list[Path]:
             "(config.json, kokoro-v1_0.pth, voices/*.pt)"
         )
     return [Path("config.json"), *(p.relative_to(directory) for p in (*weights, *voices))]
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while block := handle.read(CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def upload_weights(

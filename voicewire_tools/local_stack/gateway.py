@@ -68,11 +68,7 @@ class PostFaults:
 
     latency_seconds: float = 0.0  # added to every POST, outside the connection's send lock
     throttle_next: int = 0  # the next N posts answer 429 LimitExceededException
-    fail_next: int = 0  # the next N posts answer ``fail_status`` with ``fail_code``
-    fail_status: int = 403
-    fail_code: str = "ForbiddenException"
-    posts: int = 0  # every POST received (including throttled and failed ones)
-    throttled: int = 0
+    posts: int = 0  # every POST received (throttled ones included)
 
 
 @dataclass
@@ -302,11 +298,7 @@ class Gateway:
             await asyncio.sleep(faults.latency_seconds)
         if faults.throttle_next > 0:
             faults.throttle_next -= 1
-            faults.throttled += 1
             return _aws_error(429, "LimitExceededException", "Rate exceeded")
-        if faults.fail_next > 0:
-            faults.fail_next -= 1
-            return _aws_error(faults.fail_status, faults.fail_code, "Injected failure")
         if len(data) > MAX_MESSAGE_BYTES:
             return _aws_error(413, "PayloadTooLargeException", "Payload is over 128 KB")
         async with connection.send_lock:

@@ -141,14 +141,10 @@ class LocalLambdaClient:
 
     functions: LocalFunctions
     names: dict[str, str]  # function name -> handler module name
-    refuse_next: int = 0  # the next N invokes fail as Lambda's throttling would (429)
 
     def invoke(
         self, FunctionName: str, InvocationType: str = "RequestResponse", Payload: bytes = b"{}"
     ) -> dict[str, Any]:
-        if self.refuse_next > 0:
-            self.refuse_next -= 1
-            raise _too_many_requests()
         module = self.names[FunctionName]
         event = json.loads(Payload)
         if InvocationType == "Event":
@@ -156,15 +152,3 @@ class LocalLambdaClient:
             return {"StatusCode": 202}
         result = self.functions.call(module, event)
         return {"StatusCode": 200, "Payload": json.dumps(result).encode()}
-
-
-def _too_many_requests() -> Exception:
-    from botocore.exceptions import ClientError
-
-    return ClientError(
-        {
-            "Error": {"Code": "TooManyRequestsException", "Message": "Rate Exceeded."},
-            "ResponseMetadata": {"HTTPStatusCode": 429},
-        },
-        "Invoke",
-    )
