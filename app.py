@@ -6,10 +6,14 @@ Context values (``cdk deploy -c name=value``): ``bedrock_model_id`` (the model t
 ``speech_model`` (default ``kokoro-82m``; the endpoint is ``voicewire-<model>``), ``engine``
 (``torch`` on a GPU, the default, or ``onnx`` on a CPU), ``instance_type`` (default
 ``ml.g5.xlarge``, ``ml.c7i.xlarge`` for onnx), ``image_uri`` (a prebuilt speech image: no
-Docker build), ``speech_endpoint_name`` (another endpoint for the agent's speech).
+Docker build), ``speech_endpoint_name`` (another endpoint for the agent's speech),
+``model_files`` (the directory of the model's files that SpeechModelCache deploys; default: where
+``speech-infra`` stages them, ``~/.cache/voicewire/speech-model/<model>-<engine>``; without one,
+the app has no SpeechModelCache stack and the endpoint mounts what the bucket already holds).
 """
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
@@ -17,6 +21,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from stacks.speech import EndpointSettings, SpeechEndpoint, SpeechFoundation
+from stacks.speech_model_cache import SpeechModelCache
 from stacks.voice_api import VoiceApi, VoiceApiSettings
 
 DEFAULT_MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
@@ -44,15 +49,48 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
         instance_type=context("instance_type"),
         image_uri=context("image_uri"),
     )
-    SpeechEndpoint(
-        app, f"SpeechEndpoint-{endpoint_settings.model}", foundation, endpoint_settings, env=env
+    model_files = staged_files(
+        context("model_files"), endpoint_settings.model, endpoint_settings.engine
     )
+    cache = None
+    if model_files is not None:
+        cache = SpeechModelCache(
+            app,
+            f"SpeechModelCache-{endpoint_settings.model}",
+            foundation,
+            endpoint_settings.model,
+            model_files,
+            env=env,
+        )
+    endpoint = SpeechEndpoint(
+        app,
+        f"SpeechEndpoint-{endpoint_settings.model}",
+        foundation,
+        endpoint_settings,
+        model_files_digest=cache.digest if cache else None,
+        env=env,
+    )
+    if cache is not None:
+        endpoint.add_stack_dependency(cache)  # the files are in the bucket before the model starts
     settings = VoiceApiSettings(
         bedrock_model_id=context("bedrock_model_id") or DEFAULT_MODEL,
         speech_endpoint_name=context("speech_endpoint_name") or endpoint_settings.endpoint_name,
     )
     VoiceApi(app, "VoiceApi", settings, env=env)
     return app
+
+
+def staged_files(given: object, model: str, engine: str) -> Path | None:
+    """The model_files context, else speech-infra's staging directory if it holds files."""
+    if given:
+        return Path(str(given)).expanduser()
+    # The same place voicewire_tools.commands.model_weights.staging_directory names (the app
+    # sits below the tools, so it repeats the rule rather than importing it).
+    cache = os.environ.get("VOICEWIRE_CACHE_DIR") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "voicewire"
+    )
+    staged = Path(cache) / "speech-model" / f"{model}-{engine}"
+    return staged if (staged / "MANIFEST.json").is_file() else None
 
 
 if __name__ == "__main__":

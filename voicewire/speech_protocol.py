@@ -7,7 +7,7 @@ people; keep the two in step.
 Client -> server, as text *or binary* WebSocket frames (SageMaker forwards every request part as
 a binary frame, so a server must decode bytes as UTF-8)::
 
-    {"text": "Hello there.", "voice": "jm_kumo", "speed": 1.0, "request_id": "r1"}
+    {"text": "Hello there.", "voice": "af_heart", "speed": 1.0, "request_id": "r1"}
     {"type": "cancel", "request_id": "r1"}      # or no request_id: cancel everything pending
     {"type": "ping", "request_id": "p1"}        # answered in turn by {"type": "pong", ...}
     {"type": "close"}

@@ -32,8 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     speech.add_argument(
         "--voice",
         default=None,
-        help="default voice (onnx default: jm_kumo, the most intelligible English "
-        "of the voices shipped on PyPI)",
+        help="default voice (default af_heart, from Kokoro's official voices, which npm "
+        "fetches once; jm_kumo, the most intelligible English of PyPI's Japanese voices, "
+        "without npm)",
     )
     speech.add_argument(
         "--model-path",
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-dir",
         type=Path,
         default=None,
-        help="torch engine: directory with config.json, *.pth, voices/*.pt (default /opt/ml/model)",
+        help="torch engine: directory with config.json, *.pth and voices.npz or voices/*.pt "
+        "(default /opt/ml/model)",
     )
     speech.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]

@@ -30,6 +30,7 @@ from speech_server.engines import SpeechEngine
 from speech_server.invocations import error_response, invocations
 from speech_server.synthesis import Synthesizer
 from voicewire.speech_protocol import ErrorCode, ProtocolError
+from voicewire.voice_catalog import describe_voices
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +96,19 @@ def create_app(engine_factory: EngineFactory) -> Starlette:
             )
         return not_ready_response()
 
+    async def voices(request: Request) -> Response:
+        """Every voice with its language and gender (``voicewire.voice_catalog``), English
+        first: what a client shows a person choosing one."""
+        if slot.status != "ready":
+            return not_ready_response()
+        engine = slot.synthesizer.engine  # type: ignore[union-attr]
+        return JSONResponse(
+            {
+                "default_voice": engine.default_voice,
+                "voices": [voice.as_json() for voice in describe_voices(engine.voices)],
+            }
+        )
+
     async def invoke(request: Request) -> Response:
         if slot.synthesizer is None:
             return not_ready_response()
@@ -109,6 +123,7 @@ def create_app(engine_factory: EngineFactory) -> Starlette:
     app = Starlette(
         routes=[
             Route("/ping", ping, methods=["GET"]),
+            Route("/voices", voices, methods=["GET"]),
             Route("/invocations", invoke, methods=["POST"]),
             WebSocketRoute("/invocations-bidirectional-stream", bidi),
         ],

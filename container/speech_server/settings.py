@@ -19,7 +19,8 @@ class EngineSettings:
     ``VOICEWIRE_ENGINE`` (onnx | torch), ``VOICEWIRE_VOICE``, ``VOICEWIRE_MODEL_PATH`` and
     ``VOICEWIRE_VOICES_PATH`` (user-given ONNX model and voices files), ``VOICEWIRE_MODEL_DIR``
     (the torch engine's model directory), ``VOICEWIRE_DEVICE`` (torch device), ``VOICEWIRE_LANG``
-    (espeak-ng language of the ONNX engine).
+    (espeak-ng language of the ONNX engine for every voice; by default each voice's own, from
+    ``voicewire.voice_catalog``).
     """
 
     engine: EngineName = "onnx"
@@ -28,7 +29,7 @@ class EngineSettings:
     voices_path: Path | None = None
     model_dir: Path = field(default=DEFAULT_MODEL_DIR)
     device: str | None = None
-    lang: str = "en-us"
+    lang: str | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_NAMES:
@@ -47,7 +48,7 @@ class EngineSettings:
             "voices_path": _path(env.get("VOICEWIRE_VOICES_PATH")),
             "model_dir": _path(env.get("VOICEWIRE_MODEL_DIR")) or DEFAULT_MODEL_DIR,
             "device": env.get("VOICEWIRE_DEVICE") or None,
-            "lang": env.get("VOICEWIRE_LANG", "en-us"),
+            "lang": env.get("VOICEWIRE_LANG") or None,
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)  # type: ignore[arg-type]

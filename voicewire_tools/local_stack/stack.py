@@ -297,7 +297,6 @@ class LocalStack:
             "VOICEWIRE_HOST": self.options.host,
             "VOICEWIRE_PORT": str(self.options.speech_port),
             "VOICEWIRE_ENGINE": engine.engine,
-            "VOICEWIRE_LANG": engine.lang,
             "VOICEWIRE_MODEL_DIR": str(engine.model_dir),
         }
         for name, value in (
@@ -305,6 +304,7 @@ class LocalStack:
             ("VOICEWIRE_MODEL_PATH", engine.model_path),
             ("VOICEWIRE_VOICES_PATH", engine.voices_path),
             ("VOICEWIRE_DEVICE", engine.device),
+            ("VOICEWIRE_LANG", engine.lang),
         ):
             if value is not None:
                 env[name] = str(value)

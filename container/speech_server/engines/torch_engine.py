@@ -1,14 +1,18 @@
 """Kokoro-82M on torch through hexgrad's ``kokoro`` KPipeline: the container image's GPU engine.
 
-Everything loads from a local model directory laid out as the Kokoro-82M release is::
+Everything loads from a local model directory::
 
     /opt/ml/model/config.json
     /opt/ml/model/kokoro-v1_0.pth
-    /opt/ml/model/voices/af_heart.pt ...
+    /opt/ml/model/voices.npz          Kokoro's official voices, as the ONNX engine reads them
+    (or /opt/ml/model/voices/*.pt     the layout of hexgrad's release, for a user's own directory)
 
-SageMaker mounts that directory from the S3 model data the model-cache stack syncs. Voices are
-passed to KPipeline as file paths, so it never reaches for the hub. English G2P is misaki's, which
-needs spaCy's ``en_core_web_sm`` installed in the image at build time.
+SageMaker mounts that directory from the S3 prefix the SpeechModelCache stack fills. Voices are
+handed to KPipeline as tensors, so it never reaches for the hub. Each voice is phonemized by the
+pipeline of its language letter (``a`` American, ``b`` British English...); a language whose G2P
+is not installed in the image (misaki's Japanese and Chinese extras) has its voices left out,
+said once at start-up. English G2P is misaki's, which needs spaCy's ``en_core_web_sm`` installed
+in the image at build time.
 """
 
 from __future__ import annotations
@@ -30,19 +34,20 @@ logger = logging.getLogger(__name__)
 
 SAMPLE_RATE = 24_000
 _REPO_ID = "hexgrad/Kokoro-82M"  # names the architecture variant; nothing is downloaded
+VOICES_FILE = "voices.npz"
 
 
 @dataclass
 class KokoroTorchEngine:
-    pipeline: Any  # kokoro.KPipeline; typed loosely so this module imports without torch
-    voice_files: dict[str, Path]
+    pipelines: dict[str, Any]  # language letter -> kokoro.KPipeline; loose: imports without torch
+    voice_packs: dict[str, Any]  # voice name -> its (510, 1, 256) torch.FloatTensor, on the CPU
     default_voice: str
     name: str = "torch"
     sample_rate: int = SAMPLE_RATE
 
     @property
     def voices(self) -> frozenset[str]:
-        return frozenset(self.voice_files)
+        return frozenset(self.voice_packs)
 
     @classmethod
     def from_settings(cls, settings: EngineSettings) -> KokoroTorchEngine:
@@ -59,26 +64,44 @@ class KokoroTorchEngine:
             raise ModelAssetError(
                 "the torch engine needs the optional dependencies: uv sync --extra torch"
             ) from None
-        config, weights, voice_files = _model_files(model_dir)
+        config, weights, voices = _model_files(model_dir)
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         started = time.perf_counter()
         logger.info("loading %s on %s", weights, device)
-        model = KModel(repo_id=_REPO_ID, config=str(config), model=str(weights))
-        pipeline = KPipeline(lang_code="a", repo_id=_REPO_ID, model=model.to(device).eval())
-        for path in voice_files.values():
-            pipeline.load_voice(str(path))  # cached by path: no lazy disk read per request
-        engine = cls(pipeline, voice_files, choose_default_voice(frozenset(voice_files), voice))
+        model = KModel(repo_id=_REPO_ID, config=str(config), model=str(weights)).to(device).eval()
+        packs = _voice_packs(voices, torch)
+        pipelines: dict[str, Any] = {}
+        for letter in sorted({name[0] for name in packs}):
+            try:
+                pipelines[letter] = KPipeline(lang_code=letter, repo_id=_REPO_ID, model=model)
+            except Exception as error:  # a language's G2P extra missing from the image
+                left_out = sorted(name for name in packs if name[0] == letter)
+                logger.warning(
+                    "no G2P for language %r (%s): leaving out %s", letter, error, left_out
+                )
+        packs = {name: pack for name, pack in packs.items() if name[0] in pipelines}
+        if not packs:
+            raise ModelAssetError(f"no voice in {model_dir} has a language this image speaks")
+        engine = cls(pipelines, packs, choose_default_voice(frozenset(packs), voice))
         engine.synthesize("Ready.", engine.default_voice, 1.0)  # CUDA kernels load now
-        logger.info("model ready in %.1f s on %s", time.perf_counter() - started, device)
+        logger.info(
+            "model ready in %.1f s on %s: %d voices, default %s",
+            time.perf_counter() - started,
+            device,
+            len(packs),
+            engine.default_voice,
+        )
         return engine
 
     def synthesize(self, text: str, voice: str, speed: float) -> NDArray[np.float32]:
-        path = str(self.voice_files[voice])
+        pipeline = self.pipelines[voice[0]]
         # split_pattern=None: the synthesis layer already chose the chunk; KPipeline still splits
         # inside it at 510 phonemes, which is the model's own limit.
         parts = [
             result.audio.detach().cpu().numpy()
-            for result in self.pipeline(text, voice=path, speed=speed, split_pattern=None)
+            for result in pipeline(
+                text, voice=self.voice_packs[voice], speed=speed, split_pattern=None
+            )
             if result.audio is not None
         ]
         if not parts:
@@ -86,19 +109,34 @@ class KokoroTorchEngine:
         return np.concatenate(parts).astype(np.float32, copy=False)
 
 
-def _model_files(model_dir: Path) -> tuple[Path, Path, dict[str, Path]]:
+def _model_files(model_dir: Path) -> tuple[Path, Path, Path | dict[str, Path]]:
+    """config.json, the weights, and the voices: ``voices.npz`` if present, else voices/*.pt."""
     config = model_dir / "config.json"
     weights = sorted(model_dir.glob("*.pth"))
-    voice_files = {path.stem: path for path in sorted((model_dir / "voices").glob("*.pt"))}
+    voices: Path | dict[str, Path] = model_dir / VOICES_FILE
+    if not voices.is_file():
+        voices = {path.stem: path for path in sorted((model_dir / "voices").glob("*.pt"))}
     missing = [
         what
         for what, absent in (
             ("config.json", not config.is_file()),
             ("a *.pth weights file", not weights),
-            ("voices/*.pt", not voice_files),
+            (f"{VOICES_FILE} or voices/*.pt", not voices),
         )
         if absent
     ]
     if missing:
         raise ModelAssetError(f"model directory {model_dir} lacks {', '.join(missing)}")
-    return config, weights[0], voice_files
+    return config, weights[0], voices
+
+
+def _voice_packs(voices: Path | dict[str, Path], torch: Any) -> dict[str, Any]:
+    """Every voice as a CPU float tensor: KPipeline takes a tensor as the voice itself (a CPU
+    ``torch.FloatTensor``; the model moves the row it needs to its device)."""
+    if isinstance(voices, Path):
+        with np.load(voices) as archive:
+            return {
+                name: torch.from_numpy(np.array(archive[name], dtype=np.float32))
+                for name in archive.files
+            }
+    return {name: torch.load(path, weights_only=True).float() for name, path in voices.items()}
