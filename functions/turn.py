@@ -53,6 +53,7 @@ from voicewire.client_protocol import (
 from voicewire.error_codes import ErrorCode
 from voicewire.speech_link import AudioChunk, SpeechSession, SpeechSessionError
 from voicewire.speech_text import to_speech_text
+from voicewire.voice_catalog import describe_voice
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,8 @@ class TurnRunner:
     text: str | None = None  # speak: the text
     # The first chunk ends at its first clause or after 6 words, whichever comes first: an LLM
     # writes 6 words in ~300 ms, a long first sentence in seconds.
-    chunker_factory: Callable[[], IncrementalSentenceChunker] = field(
+    # Called with language=<the voice's BCP 47 tag>: the abbreviation rules follow the voice.
+    chunker_factory: Callable[..., IncrementalSentenceChunker] = field(
         default=partial(IncrementalSentenceChunker, first_max_words=6)
     )
     # Why ``cancelled`` was set, when it was not a cancel: the worker's time limit, lost session
@@ -320,7 +322,10 @@ class TurnRunner:
         sent: asyncio.Queue[str | None] = asyncio.Queue()
 
         async def text_task() -> None:
-            chunker = self.chunker_factory()
+            voice = self.spec.voice
+            chunker = self.chunker_factory(
+                language=describe_voice(voice).language if voice else None
+            )
             index = 0
             async for text in self._llm_deltas():
                 await self._text(text)

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from voicewire.abbreviations import ENGLISH
 from voicewire.chunker import IncrementalSentenceChunker
 from voicewire.speech_text import to_speech_text
 
@@ -76,7 +77,7 @@ CORPUS = [
     ('He said "Done." Then he left.', ['He said "Done."', "Then he left."]),
     ("She asked “Why?” Nobody knew.", ["She asked “Why?”", "Nobody knew."]),
     ("It was fine (mostly.) Then rain.", ["It was fine (mostly.)", "Then rain."]),
-    ("They yelled 'Stop!' and ran.", ["They yelled 'Stop!'", "and ran."]),
+    ("They yelled 'Stop!' and ran.", ["They yelled 'Stop!' and ran."]),
     (
         "First paragraph here\n\nSecond paragraph here",
         ["First paragraph here", "Second paragraph here"],
@@ -98,7 +99,7 @@ CORPUS = [
     ("Above\n\n---\n\nBelow", ["Above", "Below"]),
     ("```python\nx = 1\n```\nDone.", ["x = 1", "Done."]),
     ("Use snake_case names. And 2 * 3 is 6.", ["Use snake_case names.", "And 2 * 3 is 6."]),
-    ("~~Old~~ new price. Buy now.", ["Old new price.", "Buy now."]),
+    ("~~Old~~ new price. Buy now.", ["new price.", "Buy now."]),
     (
         "Sure, here is what I found about the weather today.",
         ["Sure, here is what I found about the weather today."],
@@ -119,6 +120,64 @@ CORPUS = [
     ("And then there was nothing", ["And then there was nothing"]),
     ("Trailing abbreviation Dr.", ["Trailing abbreviation Dr."]),
     ("Ends with a number 3.", ["Ends with a number 3."]),
+    # A maybe-final abbreviation: the whole next word decides.
+    ("He joined the U.S. Army in May. It paid.", ["He joined the U.S. Army in May.", "It paid."]),
+    ("She lived in the U.S. The move was hard.", ["She lived in the U.S.", "The move was hard."]),
+    ("The U.K. Government agreed. We cheered.", ["The U.K. Government agreed.", "We cheered."]),
+    (
+        "Apple Inc. CEO Tim Cook spoke. We listened.",
+        ["Apple Inc. CEO Tim Cook spoke.", "We listened."],
+    ),
+    ("Globex Corp. Headquarters moved. Fine.", ["Globex Corp. Headquarters moved.", "Fine."]),
+    ("Try No. Seven today. Done.", ["Try No. Seven today.", "Done."]),
+    # A quoted question or exclamation the sentence continues after.
+    ('"Really?" and she laughed. Then left.', ['"Really?" and she laughed.', "Then left."]),
+    ("'Ready?' she asked. He nodded.", ["'Ready?' she asked.", "He nodded."]),
+    ('"Done." he said. Fine.', ['"Done." he said.', "Fine."]),
+    ("He shouted “Stop!” Nobody moved.", ["He shouted “Stop!”", "Nobody moved."]),
+    # Unknown abbreviations before a lowercase word.
+    ("It costs approx. two dollars. Cheap.", ["It costs approx. two dollars.", "Cheap."]),
+    ("Prices incl. tax are shown. Good.", ["Prices incl. tax are shown.", "Good."]),
+    ("Use the std. library here. Done.", ["Use the std. library here.", "Done."]),
+    ("Cats vs. dogs again. Fine.", ["Cats vs. dogs again.", "Fine."]),
+    # Other scripts' sentence marks.
+    ("यह पहला वाक्य है। यह दूसरा है।", ["यह पहला वाक्य है।", "यह दूसरा है।"]),
+    ("श्लोक एक॥ श्लोक दो॥", ["श्लोक एक॥", "श्लोक दो॥"]),
+    ("هل أنت بخير؟ نعم.", ["هل أنت بخير؟", "نعم."]),
+    ("یہ پہلا ہے۔ یہ دوسرا ہے۔", ["یہ پہلا ہے۔", "یہ دوسرا ہے۔"]),
+    ("終わり．次です｡最後", ["終わり．", "次です｡", "最後"]),
+    # Emoji are not spoken, and never make a chunk of their own; struck text is not spoken.
+    ("Great job! 🎉 Let's go.", ["Great job!", "Let's go."]),
+    ("🚀 Launch is today. Be ready.", ["Launch is today.", "Be ready."]),
+    ("All done ✅\nNext step.", ["All done", "Next step."]),
+    ("Yes! 🎉! Fine.", ["Yes!", "Fine."]),
+    ("Family 👨‍👩‍👧 time. Good.", ["Family time.", "Good."]),
+    ("The price is ~~$20~~ $15 now. Buy.", ["The price is $15 now.", "Buy."]),
+    ("A ~~wrong~~ line\nand ~~open", ["A line", "and open"]),
+]
+
+# The same rules with the voice's language: German and French abbreviations and dates.
+LANGUAGE_CORPUS = [
+    (
+        "de",
+        "Das gilt z.B. Hunde und Katzen. Dann mehr.",
+        ["Das gilt z.B. Hunde und Katzen.", "Dann mehr."],
+    ),
+    ("de", "Am 3. Mai kommt er. Dann gehen wir.", ["Am 3. Mai kommt er.", "Dann gehen wir."]),
+    ("de", "Er oder bzw. Sie hat Recht. Gut.", ["Er oder bzw. Sie hat Recht.", "Gut."]),
+    ("de", "Wir kamen 2020. Danach blieb es ruhig.", ["Wir kamen 2020.", "Danach blieb es ruhig."]),
+    (
+        "de",
+        "Der 2. Platz ging an Anna. Sie jubelte.",
+        ["Der 2. Platz ging an Anna.", "Sie jubelte."],
+    ),
+    (
+        "fr",
+        "Trois villes c.-à-d. Paris et Lyon. Voilà.",
+        ["Trois villes c.-à-d. Paris et Lyon.", "Voilà."],
+    ),
+    ("fr", "M. Dupont est là. Il attend.", ["M. Dupont est là.", "Il attend."]),
+    ("en-GB", "Am 3. Mai kommt er.", ["Am 3.", "Mai kommt er."]),  # English rules: a number ends
 ]
 
 
@@ -147,12 +206,31 @@ def test_the_corpus_is_big_enough():
     assert len(CORPUS) >= 60
 
 
-def test_a_sentence_is_emitted_at_the_first_character_after_its_end():
+@pytest.mark.parametrize(
+    ("language", "text", "expected"),
+    LANGUAGE_CORPUS,
+    ids=[f"{language}:{text[:30]}" for language, text, _ in LANGUAGE_CORPUS],
+)
+def test_language_corpus(language, text, expected):
+    assert chunk_all(text, language=language, first_clause_min_chars=None) == expected
+    cuts = list(range(len(text)))
+    assert chunk_all(text, cuts, language=language, first_clause_min_chars=None) == expected
+
+
+def test_a_sentence_is_emitted_at_the_first_letter_after_its_end():
     chunker = IncrementalSentenceChunker()
     assert chunker.feed("Hello there.") == []  # could still be "..." or a closing quote
-    assert chunker.feed(" ") == ["Hello there."]  # no need to wait for the next word
-    assert chunker.feed("Next one") == []
+    assert chunker.feed(" ") == []  # "approx. two" goes on: the next letter decides
+    assert chunker.feed("N") == ["Hello there."]  # an LLM token carries " N..." whole
+    assert chunker.feed("ext one") == []
     assert chunker.flush() == "Next one"
+
+
+def test_a_quoted_question_waits_for_the_next_letter_a_bare_one_does_not():
+    chunker = IncrementalSentenceChunker()
+    assert chunker.feed('"Ready?" ') == []
+    assert chunker.feed("s") == []  # she asked: the sentence goes on
+    assert chunker.feed("he asked. Is it? ") == ['"Ready?" she asked.', "Is it?"]
 
 
 def test_cjk_needs_no_space_and_question_runs_stay_whole():
@@ -164,10 +242,21 @@ def test_cjk_needs_no_space_and_question_runs_stay_whole():
     assert chunker.feed(" ") == ["\u6b21?!"]
 
 
-def test_an_ambiguous_abbreviation_waits_only_for_the_next_letter():
+def test_an_ambiguous_abbreviation_waits_for_the_whole_next_word():
     chunker = IncrementalSentenceChunker()
     assert chunker.feed("Apples and pears etc. ") == []
-    assert chunker.feed("T") == ["Apples and pears etc."]
+    assert chunker.feed("Th") == []  # "Thai pears" or "Then"?
+    assert chunker.feed("en ") == ["Apples and pears etc."]
+
+
+def test_the_word_limit_never_cuts_inside_initials_or_after_a_title():
+    text = "Books by the writer J. R. R. Tolkien sell well."
+    assert chunk_all(text, first_max_words=6) == [
+        "Books by the writer J. R. R. Tolkien",
+        "sell well.",
+    ]
+    text = "We met with the famous Dr. Smith yesterday."
+    assert chunk_all(text, first_max_words=6) == ["We met with the famous Dr. Smith", "yesterday."]
 
 
 def test_first_clause_is_emitted_early_once_long_enough():
@@ -205,7 +294,8 @@ def test_a_long_run_without_a_boundary_is_cut_at_a_word():
 
 def test_flush_returns_none_when_nothing_is_left_and_resets():
     chunker = IncrementalSentenceChunker()
-    assert chunker.feed("Done. ") == ["Done."]
+    assert chunker.feed("Done. Yes") == ["Done."]
+    assert chunker.flush() == "Yes"
     assert chunker.flush() is None
     # A new stream: its first clause may be cut early again.
     assert chunker.feed("Right, so this is new, ") == ["Right, so this is new,"]
@@ -232,6 +322,8 @@ TOKENS = st.sampled_from(
         "report.pdf", "x.io/a?b=1.", "bob@x.org.", "**bold**", "_em_", "`code`", "[link](http://x.io)",
         "\n", "\n\n", "\n# ", "\n- ", "\n1. ", "\n| a | b |", "\n---\n", "\u3002", "\u6b21",
         "\uff01", ",", ";", ":", " - ", "\u2014", "snake_case", "2 * 3", "No.", "5",
+        "U.S.", "Army", "approx.", "two", "'Ready?'", "she", "\u0964", "\u061f", "\uff0e",
+        "\U0001f389", "\U0001f44d\U0001f3fd", "~~old~~", "~~", "J.", "R.", "Tolkien", "Inc.",
     ]
 )  # fmt: skip
 TEXTS = st.lists(TOKENS, min_size=1, max_size=40).map(" ".join)
@@ -250,12 +342,23 @@ def test_chunks_do_not_depend_on_fragmentation(text, data):
 def test_joined_chunks_are_the_speech_text_word_for_word(text, data):
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=30))
     chunks, speech = chunk_all(text, cuts), to_speech_text(text)
-    # Every character, in order (CJK sentences have no space between them)...
-    assert "".join("".join(chunks).split()) == "".join(speech.split())
+    # Every character that says something, in order (CJK sentences have no space between them;
+    # a chunk of punctuation alone is not sent)...
+    assert _said(" ".join(chunks)) == _said(speech)
     # ...and every word kept whole where words are spaced.
     if text.isascii():
-        assert " ".join(chunks).split() == speech.split()
+        assert _words(" ".join(chunks)) == _words(speech)
     assert all(chunk and chunk == chunk.strip() for chunk in chunks)
+    assert all(any(char.isalnum() for char in chunk) for chunk in chunks)
+
+
+def _said(text: str) -> str:
+    """The characters of every space-separated piece that holds a letter or a digit."""
+    return "".join(_words(text))
+
+
+def _words(text: str) -> list[str]:
+    return [word for word in text.split() if any(char.isalnum() for char in word)]
 
 
 @given(TEXTS, st.integers(20, 80))
@@ -269,6 +372,14 @@ def test_the_word_limit_keeps_the_invariants(text, words, data):
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=30))
     chunks = chunk_all(text, cuts, first_max_words=words)
     assert chunks == chunk_all(text, first_max_words=words)
-    assert "".join("".join(chunks).split()) == "".join(to_speech_text(text).split())
+    assert _said(" ".join(chunks)) == _said(to_speech_text(text))
     if chunks and "\n" not in text:
-        assert len(chunks[0].split()) <= words or chunks[0] == " ".join(chunks)
+        first = chunks[0].split()
+        # Past the limit only over words that bind to the next: initials and titles.
+        binding = all(_binds(word) for word in first[words - 1 : -1])
+        assert len(first) <= words or binding or chunks[0] == " ".join(chunks)
+
+
+def _binds(word: str) -> bool:
+    token = word.removesuffix(".").lstrip("\"'“‘([{«「『（")
+    return word.endswith(".") and (len(token) == 1 or token.lower() in ENGLISH.never_final)

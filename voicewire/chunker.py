@@ -26,16 +26,28 @@ text around the mark           decision
 ``end. Next``                  boundary, decided at the space
 ``3.5``, ``v1.2.3``,           no boundary: a period followed by a non-space is inside a
 ``report.pdf``, ``x.io/a``     number, version, file name, URL or e-mail address
+``end. Next``                  boundary, decided at the next word's first letter (an LLM
+                               token carries the space and the word together)
+``approx. two``, ``incl. tax``  no boundary: a lowercase word after a period continues
+``3.5``, ``v1.2.3``,           no boundary: a period followed by a non-space is inside a
+``report.pdf``, ``x.io/a``     number, version, file name, URL or e-mail address
 ``Dr. Smith``, ``e.g. this``   no boundary: a title or Latin abbreviation never ends a sentence
 ``Albert I. Douglas``          no boundary: a single-letter initial
 ``1. First`` (line start)      no boundary: a list number
-``pears, etc. Then``           boundary only if the next word starts with a capital letter:
-                               decided at that word's first character
+``pears, etc. Then``,          boundary only if the whole next word typically starts a
+``the U.S. Army``              sentence (``Then``, ``The``, ``It``...): ``U.S. Army`` goes on
 ``Really?!`` ``Wait...``       the whole run of marks, then any closing quotes or brackets
-``"Done." Next``               boundary after the closing quote
-``終わり。次``                 boundary after ``。！？`` (and closers), no space needed
+``"Done." Next``               boundary after the closing quote, unless the next word is
+``"Ready?" she asked``         lowercase: then the sentence goes on
+``終わり。次``                 boundary after ``。！？．｡`` (and closers), no space needed
+``वाक्य। अगला``, ``؟`` ``۔``     boundary after other scripts' sentence marks, at the space
 a line break                   boundary (headings, list items and paragraphs end there)
 =============================  ==============================================================
+
+The word lists are per language (``voicewire.abbreviations``: English, German with ``z.B.``,
+``bzw.`` and ordinal dates like ``3. Mai``, French with ``c.-à-d.``), chosen by ``language``,
+which the pipeline takes from the voice. A chunk with nothing to say (only punctuation once
+emoji are out) is never sent.
 
 Latency options: the first chunk of a stream may end early, at its first clause mark (``,`` ``;``
 ``:`` a spaced hyphen, or a dash) once it has ``first_clause_min_chars`` characters, or after
@@ -51,28 +63,21 @@ joined with spaces they are the speech text's words in order, none lost or repea
 
 from __future__ import annotations
 
+import re
+
+from voicewire.abbreviations import LanguageRules, rules_for
 from voicewire.speech_text import SpeechTextFilter
 
-_TERMINATORS = frozenset(".!?…")
-_CJK_TERMINATORS = frozenset("。！？")
+# Sentence marks that a space follows: Latin, Devanagari (danda, double danda), Arabic (question
+# mark), Urdu (full stop). CJK marks, full-width and half-width, need no space.
+_TERMINATORS = frozenset(".!?…।॥؟۔")
+_CJK_TERMINATORS = frozenset("。！？．｡")
 _CLOSERS = frozenset("\"'”’)]}»」』）")
 _OPENERS = "\"'“‘([{«「『（"
 _CLAUSE_MARKS = frozenset(",;:")
+_SPACES = frozenset(" \t")
+_RUNS_OF_SPACES = re.compile(r"[ \t]{2,}")
 _DASHES = frozenset("–—")
-
-# Abbreviations that never end a sentence (lowercase, without the final period).
-NEVER_FINAL = frozenset(
-    {
-        "mr", "mrs", "ms", "dr", "prof", "st", "mt", "ft", "vs", "e.g", "i.e", "cf", "viz",
-        "approx", "dept", "fig", "gen", "gov", "hon", "capt", "col", "lt", "sgt", "rev", "vol",
-        "pp", "ca", "est", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct",
-        "nov", "dec",
-    }
-)  # fmt: skip
-# Abbreviations that may end one: a boundary only if the next word starts with a capital letter.
-MAYBE_FINAL = frozenset(
-    {"etc", "inc", "ltd", "co", "corp", "jr", "sr", "no", "al", "a.m", "p.m", "u.s", "u.k", "ph.d"}
-)
 
 
 class IncrementalSentenceChunker:
@@ -84,10 +89,13 @@ class IncrementalSentenceChunker:
         first_clause_min_chars: int | None = 12,
         first_max_words: int | None = None,
         max_chars: int = 250,
+        language: str | None = None,
     ) -> None:
         """``first_clause_min_chars=None`` turns the early first clause off; ``first_max_words``
         also ends the first chunk after that many words (the pipeline uses 6: an LLM takes
-        ~300 ms to write them, a long first sentence takes seconds)."""
+        ~300 ms to write them, a long first sentence takes seconds), never between initials or
+        after a title (``J. R. R. Tolkien``, ``Dr. Smith``); ``language`` (a BCP 47 tag, English
+        by default) picks the abbreviation lists."""
         if max_chars < 20:
             raise ValueError("max_chars must be at least 20")
         if first_max_words is not None and first_max_words < 1:
@@ -95,6 +103,7 @@ class IncrementalSentenceChunker:
         self.first_clause_min_chars = first_clause_min_chars
         self.first_max_words = first_max_words
         self.max_chars = max_chars
+        self.rules: LanguageRules = rules_for(language)
         self._reset()
 
     def _reset(self) -> None:
@@ -157,8 +166,10 @@ class IncrementalSentenceChunker:
         return self._advance(text, cut)
 
     def _emit(self, chunks: list[str], chunk: str) -> None:
-        if chunk := chunk.strip():  # a boundary right after another one yields nothing
-            chunks.append(chunk)
+        # A boundary right after another one yields nothing; a chunk of punctuation alone (an
+        # emoji's sentence once the emoji is out) has nothing to say.
+        if (chunk := chunk.strip()) and any(char.isalnum() for char in chunk):
+            chunks.append(_RUNS_OF_SPACES.sub(" ", chunk))  # where struck text or emoji were
             self._emitted += 1
 
     def _advance(self, text: str, end: int) -> tuple[str, int]:
@@ -190,10 +201,18 @@ class IncrementalSentenceChunker:
         return -1
 
     def _first_words_done(self, text: str, i: int) -> bool:
-        """The first chunk has its ``first_max_words`` words, and this space ends the last."""
+        """The first chunk has its ``first_max_words`` words, and this space ends a word that
+        does not bind to the next (an initial, a title)."""
         if self._emitted or self.first_max_words is None or not text[i - 1 : i].strip():
             return False
-        return len(text[:i].split()) == self.first_max_words
+        words = text[:i].split()
+        if len(words) < self.first_max_words:
+            return False
+        last = words[-1]
+        if last.endswith("."):
+            token = last[:-1].lstrip(_OPENERS)
+            return not (_is_initial(token) or token.lower() in self.rules.never_final)
+        return True
 
     def _after_terminator(self, text: str, i: int, final: bool) -> int | None:
         run_end = _skip(text, i, _TERMINATORS)
@@ -206,14 +225,21 @@ class IncrementalSentenceChunker:
             # character needs no space to start the next sentence.
             return end if _is_cjk(following) and "." not in text[i:run_end] else -1
         if text[i:run_end] != ".":
-            return end  # "?", "!", "?!", "...", "…": the space settles it
+            if end == run_end:
+                return end  # "?", "!", "?!", "...", "…": the space settles it
+            return self._unless_lowercase_follows(text, end, final)  # '"Ready?" she asked'
         token = _token_before(text, i)
         word = token.lower()
-        if word in NEVER_FINAL or _is_initial(token) or self._is_list_number(text, i, token):
+        rules = self.rules
+        if word in rules.never_final or _is_initial(token) or self._is_list_number(text, i, token):
             return -1
-        if word in MAYBE_FINAL or _is_dotted_abbreviation(word):
+        if (
+            word in rules.maybe_final
+            or _is_dotted_abbreviation(word)
+            or (rules.ordinal_numbers and token.isdigit())
+        ):
             return self._if_next_word_starts_a_sentence(text, end, final)
-        return end
+        return self._unless_lowercase_follows(text, end, final)
 
     def _after_clause_mark(self, text: str, i: int, final: bool) -> int | None:
         if self._emitted or self.first_clause_min_chars is None:
@@ -226,16 +252,32 @@ class IncrementalSentenceChunker:
             return i + 1 if final else None
         return i + 1 if text[i + 1].isspace() else -1
 
-    def _if_next_word_starts_a_sentence(self, text: str, end: int, final: bool) -> int | None:
-        start = end
-        while start < len(text) and text[start] in " \t":
-            start += 1
+    def _unless_lowercase_follows(self, text: str, end: int, final: bool) -> int | None:
+        """A boundary at ``end`` unless the next word starts in lowercase ("approx. two",
+        '"Ready?" she asked'): decided at that word's first character."""
+        start = _skip(text, end, _SPACES)
         if start == len(text):
             return end if final else None
-        following = text[start]
-        if following == "\n" or following.isupper():  # "No. 5" is a number, not an answer
+        return -1 if text[start].islower() else end
+
+    def _if_next_word_starts_a_sentence(self, text: str, end: int, final: bool) -> int | None:
+        """After an abbreviation that may end a sentence: a boundary at ``end`` only if the
+        whole next word is one that starts sentences ("etc. Then") or a line break follows;
+        "U.S. Army", "No. 5", "3. Mai", "Inc. in Ohio" go on."""
+        start = _skip(text, end, _SPACES)
+        if start == len(text):
+            return end if final else None
+        if text[start] == "\n":
             return end
-        return -1
+        if not text[start].isupper():
+            return -1
+        word_end = start
+        while word_end < len(text) and (text[word_end].isalpha() or text[word_end] in "'’"):
+            word_end += 1
+        if word_end == len(text) and not final:
+            return None  # the word may go on
+        word = text[start:word_end].lower().replace("’", "'")
+        return end if word in self.rules.sentence_starters else -1
 
     def _is_list_number(self, text: str, i: int, token: str) -> bool:
         if not token.isdigit() or self._line_start < 0:

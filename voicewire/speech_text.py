@@ -14,6 +14,8 @@ model writes                           voice says
 ``![a chart](chart.png)``              ``a chart``
 ``| Name | Age |`` / ``|---|---|``     ``Name, Age`` / (nothing)
 ``---`` (a rule), fence lines          (nothing)
+``~~struck~~ new``                     ``new`` (struck text is not spoken)
+``Great job! 🎉``, ``👍🏽``              ``Great job!``, (nothing): emoji are not spoken
 ``snake_case``, ``2 * 3``, ``3.5``     unchanged
 =====================================  ==========================================
 
@@ -21,7 +23,9 @@ Why not a markdown library: parsers (markdown-it, mistune) need the whole docume
 re-interpret earlier text when later text arrives; a streaming voice cannot wait. This filter is a
 small state machine that decides each character with at most one line of lookahead and holds back
 only what is still ambiguous (a trailing ``*``, a line start such as ``-`` that could begin a
-bullet or a rule, a link's URL). Its output never depends on how the input was fragmented.
+bullet or a rule, a link's URL, struck text until its closing ``~~``: an unclosed ``~~`` was not
+a strikethrough, and its text is spoken at the line's end). Its output never depends on how the
+input was fragmented.
 
     >>> speech = SpeechTextFilter()
     >>> speech.feed("Try **bo"), speech.feed("ld** now"), speech.flush()
@@ -43,6 +47,20 @@ _FENCE = re.compile(r"[ \t]*(```|~~~)")
 _TABLE = re.compile(r"[ \t]*\|")
 _TABLE_SEPARATOR = re.compile(r"[ \t|:\-]*-[ \t|:\-]*")
 _ESCAPABLE = frozenset("\\`*_{}[]()#+-.!|~>")
+# Emoji, by code point: the pictograph blocks, and the invisible characters that build emoji
+# sequences (variation selector 16, keycap, tags; the zero-width joiner only next to an emoji,
+# since Indic scripts need it). Written here rather than taken from a library because the filter
+# decides one character at a time; a few symbols a voice can say are kept: © ® ™ and arrows.
+_EMOJI_RANGES = (
+    (0x1F000, 0x1FAFF),  # mahjong .. symbols and pictographs extended-A (skin tones included)
+    (0x2600, 0x27BF),  # miscellaneous symbols, dingbats
+    (0x2B00, 0x2BFF),  # stars, squares, circles
+    (0x231A, 0x231B), (0x23E9, 0x23FA), (0x25AA, 0x25FE),
+    (0xFE0E, 0xFE0F),  # variation selectors 15/16
+    (0x20E3, 0x20E3),  # combining keycap
+    (0xE0020, 0xE007F),  # tags (subdivision flags)
+)  # fmt: skip
+_ZERO_WIDTH_JOINER = "\u200d"
 
 
 class SpeechTextFilter:
@@ -57,6 +75,7 @@ class SpeechTextFilter:
         self._in_fence = False
         self._url_depth = 0  # > 0 while skipping a link's "(url)"
         self._previous = "\n"  # the last raw character consumed
+        self._struck: list[str] | None = None  # text after an opening "~~", held until it closes
 
     def feed(self, fragment: str) -> str:
         self._pending += fragment
@@ -65,6 +84,8 @@ class SpeechTextFilter:
     def flush(self) -> str:
         """Everything still held, decided as if the text ended here; then reset."""
         out = self._drain(final=True)
+        if self._struck is not None:  # "~~" never closed: it was not a strikethrough
+            out += "".join(self._struck)
         self._reset()
         return out
 
@@ -75,15 +96,17 @@ class SpeechTextFilter:
         text = self._pending
         i = 0
         while i < len(text):
+            # Struck text is held until its "~~" closes (then dropped) or its line ends.
+            target = out if self._struck is None else self._struck
             if self._at_line_start:
-                step = self._line_start(text, i, final, out)
+                step = self._line_start(text, i, final, target, out)
             elif self._in_fence:
                 step = self._fenced(text, i)
-                out.append(text[i : i + step])
+                target.append(text[i : i + step])
             elif self._url_depth:
                 step = self._skip_url(text[i])
             else:
-                step = self._inline(text, i, final, out)
+                step = self._inline(text, i, final, target, out)
             if step == 0:  # needs more text to decide
                 break
             self._previous = text[i + step - 1]
@@ -91,7 +114,7 @@ class SpeechTextFilter:
         self._pending = text[i:]
         return "".join(out)
 
-    def _line_start(self, text: str, i: int, final: bool, out: list[str]) -> int:
+    def _line_start(self, text: str, i: int, final: bool, out: list[str], spoken: list[str]) -> int:
         """Decide what kind of line starts at ``i``; returns how many characters it consumed."""
         end = text.find("\n", i)
         line = text[i:] if end < 0 else text[i:end]
@@ -120,7 +143,7 @@ class SpeechTextFilter:
         for construct in (_HEADING, _BULLET, _QUOTE):
             if (match := construct.match(line)) and match.end():
                 return match.end()  # the marker is not spoken; the rest of the line is inline
-        return self._inline(text, i, final, out)
+        return self._inline(text, i, final, out, spoken)
 
     def _fenced(self, text: str, i: int) -> int:
         """Inside a code fence lines are spoken as written, up to the next line start."""
@@ -138,12 +161,22 @@ class SpeechTextFilter:
             self._at_line_start = True
         return 1
 
-    def _inline(self, text: str, i: int, final: bool, out: list[str]) -> int:
+    def _inline(self, text: str, i: int, final: bool, out: list[str], spoken: list[str]) -> int:
+        """One inline construct at ``i`` into ``out``; ``spoken`` is where text goes that is
+        certainly spoken (struck text released at a line's end)."""
         char = text[i]
         following = text[i + 1] if i + 1 < len(text) else None
         if char == "\n":
+            if self._struck is not None:  # a strikethrough never spans lines: it was not one
+                held, self._struck = self._struck, None
+                spoken.extend(held)
+                out = spoken
             out.append("\n")
             self._at_line_start = True
+            return 1
+        if char >= _ZERO_WIDTH_JOINER and (
+            _is_emoji(char) or (char == _ZERO_WIDTH_JOINER and _is_emoji(self._previous))
+        ):
             return 1
         if char == "`" or char == "[":
             return 1
@@ -179,9 +212,17 @@ class SpeechTextFilter:
                 out.append(text[i : i + run])  # snake_case
             elif char == "~" and run == 1:
                 out.append(char)  # "~5 minutes"
+            elif char == "~":
+                # "~~" opens a strikethrough (its text is held) or closes one (dropped).
+                self._struck = [] if self._struck is None else None
             return run
         out.append(char)
         return 1
+
+
+def _is_emoji(char: str) -> bool:
+    point = ord(char)
+    return any(low <= point <= high for low, high in _EMOJI_RANGES)
 
 
 def _table_row(line: str) -> str:
