@@ -49,8 +49,10 @@ from functions.auth_tokens import TOKEN_SECRET_PARAMETER
 from functions.worker_policy import WORKER_POLICY
 from stacks.lambda_bundle import LAMBDA_PLATFORM, LAMBDA_PYTHON, ROOT, build_bundle
 from stacks.pipeline_monitoring import PipelineMonitoring
+from voicewire.client_protocol import CLIENT_ACTIONS
+from voicewire.voice_catalog import OFFICIAL_VOICES
 
-ROUTES = ("ask", "speak", "cancel")
+ROUTES = CLIENT_ACTIONS  # ask, speak, cancel, voices
 TOKEN_QUERY_PARAMETER = "token"
 
 
@@ -372,6 +374,9 @@ class VoiceApi(Stack):
                 "VOICEWIRE_LLM": "bedrock",
                 "VOICEWIRE_BEDROCK_MODEL_ID": settings.bedrock_model_id,
                 "VOICEWIRE_TOKEN_SECRET_PARAMETER": settings.token_parameter_name,
+                # The voices SpeechModelCache puts beside the model: requests for another voice
+                # are refused before any work, and the voices action lists these.
+                "VOICEWIRE_VOICES": ",".join(OFFICIAL_VOICES),
                 "POWERTOOLS_SERVICE_NAME": "voicewire",
                 "POWERTOOLS_METRICS_NAMESPACE": "voicewire",
             },

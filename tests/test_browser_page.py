@@ -33,6 +33,13 @@ async def test_the_page_asks_and_schedules_the_answers_audio(stack):
             await page.wait_for_function(
                 "document.getElementById('status').textContent === 'connected'"
             )
+            # The page asks for the voices on connect and offers them, the default selected.
+            await page.wait_for_function("document.querySelectorAll('#voice option').length > 50")
+            assert await page.input_value("#voice") == "af_heart"
+            british = await page.eval_on_selector(
+                "#voice optgroup[label='British English']", "g => g.children.length"
+            )
+            assert british == 8
             await page.fill("#prompt", "Hello, who are you?")
             await page.click("#ask")
             await page.wait_for_function(

@@ -410,3 +410,31 @@ def test_worker_publishes_time_to_first_audio_as_emf(adapters, capsys):
     first_audio = emf[-1]["TimeToFirstAudio"]
     first_audio = first_audio[0] if isinstance(first_audio, list) else first_audio
     assert first_audio > 0 and emf[-1]["mode"] == "speak"
+
+
+def test_voices_lists_the_configured_voices_english_first(adapters):
+    connect(sample("connect"), adapters)
+    assert handle_message(sample("voices"), adapters) == {"statusCode": 200}
+    (frame,) = posted(adapters)
+    assert frame["type"] == "voices"
+    names = [voice["name"] for voice in frame["voices"]]
+    assert sorted(names) == sorted(adapters.settings.voices)
+    assert frame["default_voice"] == min(adapters.settings.voices)  # no af_heart among them
+    assert adapters.lambda_client.calls == []  # no turn, no worker
+
+
+def test_voices_without_a_configured_list_are_kokoros_official_ones(adapters):
+    from dataclasses import replace
+
+    from voicewire.voice_catalog import OFFICIAL_VOICES
+
+    adapters.settings = replace(adapters.settings, voices=None)
+    connect(sample("connect"), adapters)
+    handle_message(sample("voices"), adapters)
+    (frame,) = posted(adapters)
+    assert len(frame["voices"]) == len(OFFICIAL_VOICES) == 54
+    assert frame["default_voice"] == "af_heart"
+    heart = next(v for v in frame["voices"] if v["name"] == "af_heart")
+    assert heart == {"name": "af_heart", "language": "en-US", "label": "American English",
+                     "gender": "female"}  # fmt: skip
+    assert frame["voices"][0]["language"].startswith("en")

@@ -157,3 +157,9 @@ def test_every_official_voice_has_a_known_language():
     for name in KOKORO_JS_VOICES.voice_sha256:
         assert describe_voice(name).gender in {"female", "male"}, name
     assert os.path.basename(KOKORO_JS_VOICES.cache_name).startswith("voices-kokoro-js-1.2.1.")
+
+
+def test_the_shared_list_of_official_voices_is_the_pinned_set():
+    from voicewire.voice_catalog import OFFICIAL_VOICES
+
+    assert sorted(OFFICIAL_VOICES) == sorted(KOKORO_JS_VOICES.voice_sha256)

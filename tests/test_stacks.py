@@ -61,7 +61,15 @@ def resources(template: Template, kind: str) -> dict:
 def test_the_api_has_every_route_and_only_connect_is_authorized(template):
     found = resources(template, "AWS::ApiGatewayV2::Route").values()
     routes = {route["Properties"]["RouteKey"]: route["Properties"] for route in found}
-    assert set(routes) == {"$connect", "$disconnect", "$default", "ask", "speak", "cancel"}
+    assert set(routes) == {
+        "$connect",
+        "$disconnect",
+        "$default",
+        "ask",
+        "speak",
+        "cancel",
+        "voices",
+    }
     assert routes["$connect"]["AuthorizationType"] == "CUSTOM"
     assert all(
         r.get("AuthorizationType", "NONE") == "NONE" for k, r in routes.items() if k != "$connect"

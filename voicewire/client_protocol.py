@@ -6,9 +6,11 @@ Client -> server: JSON text frames, routed on ``action`` (API Gateway's
     {"action": "ask", "prompt": "What is Kokoro?", "mode": "bidi", "voice": "af_heart"}
     {"action": "speak", "text": "Hello there."}
     {"action": "cancel", "turn_id": "t-1"}
+    {"action": "voices"}
 
 Server -> client: JSON control frames (``turn_start``, ``text_delta``, ``sentence``,
-``turn_end``, ``error``) and binary audio frames with a 9-byte header::
+``turn_end``, ``error``, and ``voices`` answering that action) and binary audio frames with a
+9-byte header::
 
     byte 0      0xA1 (audio frame, protocol v1; never "{")
     bytes 1-4   turn number, uint32 big-endian (the ``turn`` of ``turn_start``)
@@ -147,12 +149,22 @@ class CancelAction(_Action):
     _turn_id = field_validator("turn_id")(_check_turn_id)
 
 
-ClientAction = AskAction | SpeakAction | CancelAction
+class VoicesAction(_Action):
+    """List the voices ``ask`` and ``speak`` accept."""
+
+    action: Literal["voices"]
+
+
+ClientAction = AskAction | SpeakAction | CancelAction | VoicesAction
 _ACTIONS: dict[str, type[_Action]] = {
     "ask": AskAction,
     "speak": SpeakAction,
     "cancel": CancelAction,
+    "voices": VoicesAction,
 }
+# The route keys of the WebSocket API: API Gateway routes on them (stacks/voice_api.py) and so
+# does the local gateway; anything else goes to $default.
+CLIENT_ACTIONS: tuple[str, ...] = tuple(_ACTIONS)
 
 
 def parse_action(body: str | None, voices: frozenset[str] | None = None) -> ClientAction:
@@ -169,7 +181,7 @@ def parse_action(body: str | None, voices: frozenset[str] | None = None) -> Clie
     if model is None:
         raise ProtocolError(
             ErrorCode.UNKNOWN_ACTION,
-            f"unknown action {action!r}; expected 'ask', 'speak' or 'cancel'",
+            f"unknown action {action!r}; expected 'ask', 'speak', 'cancel' or 'voices'",
             turn_id,
         )
     missing = {"prompt": ErrorCode.MISSING_PROMPT, "text": ErrorCode.MISSING_TEXT}
@@ -232,7 +244,32 @@ class ClientError(BaseModel):
     turn_id: str | None = None
 
 
-ControlFrame = TurnStart | TextDelta | Sentence | TurnEnd | ClientError
+class VoiceInfo(BaseModel):
+    name: str
+    language: str  # BCP 47, e.g. en-US
+    label: str  # e.g. American English
+    gender: str | None = None
+
+
+class VoiceList(BaseModel):
+    """The answer to ``voices``: every voice, English first, and the one used by default."""
+
+    type: Literal["voices"] = "voices"
+    default_voice: str | None
+    voices: list[VoiceInfo]
+
+    @classmethod
+    def of(cls, names: frozenset[str] | tuple[str, ...]) -> VoiceList:
+        from voicewire.voice_catalog import default_voice, describe_voices
+
+        described = [
+            VoiceInfo(name=v.name, language=v.language, label=v.label, gender=v.gender)
+            for v in describe_voices(list(names))
+        ]
+        return cls(default_voice=default_voice(names), voices=described)
+
+
+ControlFrame = TurnStart | TextDelta | Sentence | TurnEnd | ClientError | VoiceList
 
 
 def dump_control(frame: BaseModel) -> bytes:

@@ -35,6 +35,20 @@ GENDERS = {"f": "female", "m": "male"}
 # Kokoro's best English voice (hexgrad's grades); the default wherever the set has it.
 PREFERRED_VOICE = "af_heart"
 
+# Kokoro v1.0's official voices: what both engines load (the speech server's
+# official_voices pins each one's sha256) and what a deployment's functions offer clients.
+OFFICIAL_VOICES: tuple[str, ...] = (
+    "af_alloy", "af_aoede", "af_bella", "af_heart", "af_jessica", "af_kore",
+    "af_nicole", "af_nova", "af_river", "af_sarah", "af_sky", "am_adam",
+    "am_echo", "am_eric", "am_fenrir", "am_liam", "am_michael", "am_onyx",
+    "am_puck", "am_santa", "bf_alice", "bf_emma", "bf_isabella", "bf_lily",
+    "bm_daniel", "bm_fable", "bm_george", "bm_lewis", "ef_dora", "em_alex",
+    "em_santa", "ff_siwis", "hf_alpha", "hf_beta", "hm_omega", "hm_psi",
+    "if_sara", "im_nicola", "jf_alpha", "jf_gongitsune", "jf_nezumi", "jf_tebukuro",
+    "jm_kumo", "pf_dora", "pm_alex", "pm_santa", "zf_xiaobei", "zf_xiaoni",
+    "zf_xiaoxiao", "zf_xiaoyi", "zm_yunjian", "zm_yunxi", "zm_yunxia", "zm_yunyang",
+)  # fmt: skip
+
 
 @dataclass(frozen=True)
 class VoiceDescription:
@@ -46,6 +60,13 @@ class VoiceDescription:
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def default_voice(voices: frozenset[str] | tuple[str, ...]) -> str | None:
+    """The voice a request without one gets where ``voices`` are offered."""
+    if PREFERRED_VOICE in voices:
+        return PREFERRED_VOICE
+    return min(voices) if voices else None
 
 
 def describe_voice(name: str) -> VoiceDescription:

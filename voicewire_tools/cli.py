@@ -30,6 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="onnx: int8 on the CPU (default); torch: hexgrad's kokoro on a GPU",
     )
     speech.add_argument(
+        "--graph",
+        choices=["fast", "original"],
+        default=None,
+        help="onnx engine: the int8 graph rewritten for onnxruntime's CPU kernels (default) "
+        "or as PyPI has it",
+    )
+    speech.add_argument(
         "--voice",
         default=None,
         help="default voice (default af_heart, from Kokoro's official voices, which npm "
@@ -150,6 +157,7 @@ def serve_speech(args: argparse.Namespace) -> None:
     try:
         settings = EngineSettings.from_env(
             engine=args.engine,
+            graph=args.graph,
             voice=args.voice,
             model_path=args.model_path,
             voices_path=args.voices_path,

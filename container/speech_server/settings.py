@@ -9,6 +9,8 @@ from typing import Literal
 
 EngineName = Literal["onnx", "torch"]
 ENGINE_NAMES: tuple[EngineName, ...] = ("onnx", "torch")
+GraphForm = Literal["fast", "original"]
+GRAPH_FORMS: tuple[GraphForm, ...] = ("fast", "original")
 DEFAULT_MODEL_DIR = Path("/opt/ml/model")  # where SageMaker mounts the model data
 
 
@@ -16,7 +18,9 @@ DEFAULT_MODEL_DIR = Path("/opt/ml/model")  # where SageMaker mounts the model da
 class EngineSettings:
     """What to load. Every field has an environment variable, read by ``from_env``:
 
-    ``VOICEWIRE_ENGINE`` (onnx | torch), ``VOICEWIRE_VOICE``, ``VOICEWIRE_MODEL_PATH`` and
+    ``VOICEWIRE_ENGINE`` (onnx | torch), ``VOICEWIRE_GRAPH`` (fast | original: the ONNX engine's
+    int8 graph rewritten for speed, ``model_rewrite``, or as PyPI has it), ``VOICEWIRE_VOICE``,
+    ``VOICEWIRE_MODEL_PATH`` and
     ``VOICEWIRE_VOICES_PATH`` (user-given ONNX model and voices files), ``VOICEWIRE_MODEL_DIR``
     (the torch engine's model directory), ``VOICEWIRE_DEVICE`` (torch device), ``VOICEWIRE_LANG``
     (espeak-ng language of the ONNX engine for every voice; by default each voice's own, from
@@ -24,6 +28,7 @@ class EngineSettings:
     """
 
     engine: EngineName = "onnx"
+    graph: GraphForm = "fast"
     voice: str | None = None
     model_path: Path | None = None
     voices_path: Path | None = None
@@ -34,6 +39,8 @@ class EngineSettings:
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_NAMES:
             raise ValueError(f"engine must be one of {ENGINE_NAMES}, not {self.engine!r}")
+        if self.graph not in GRAPH_FORMS:
+            raise ValueError(f"graph must be one of {GRAPH_FORMS}, not {self.graph!r}")
         if (self.model_path is None) != (self.voices_path is None):
             raise ValueError("give both a model path and a voices path, or neither")
 
@@ -43,6 +50,7 @@ class EngineSettings:
         env = os.environ
         values: dict[str, object] = {
             "engine": env.get("VOICEWIRE_ENGINE", "onnx"),
+            "graph": env.get("VOICEWIRE_GRAPH", "fast"),
             "voice": env.get("VOICEWIRE_VOICE") or None,
             "model_path": _path(env.get("VOICEWIRE_MODEL_PATH")),
             "voices_path": _path(env.get("VOICEWIRE_VOICES_PATH")),

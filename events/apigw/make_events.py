@@ -117,6 +117,7 @@ def main() -> None:
         ),
         "speak": message("speak", {"action": "speak", "text": "Hello there, this is voicewire."}),
         "cancel": message("cancel", {"action": "cancel"}),
+        "voices": message("voices", {"action": "voices"}),
         "ask_missing_prompt": message("ask", {"action": "ask", "mode": "bidi"}),
         "ask_bad_mode": message("ask", {"action": "ask", "prompt": "Hi", "mode": "fast"}),
         "speak_speed_out_of_range": message(

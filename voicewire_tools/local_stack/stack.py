@@ -297,6 +297,7 @@ class LocalStack:
             "VOICEWIRE_HOST": self.options.host,
             "VOICEWIRE_PORT": str(self.options.speech_port),
             "VOICEWIRE_ENGINE": engine.engine,
+            "VOICEWIRE_GRAPH": engine.graph,
             "VOICEWIRE_MODEL_DIR": str(engine.model_dir),
         }
         for name, value in (

