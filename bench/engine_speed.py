@@ -152,3 +152,7 @@ def _model_part(node: str) -> str:
     if parts[:2] == ["decoder", "decoder"]:
         return "/".join(parts[1:4])
     return "/".join(parts[:2])
+
+
+if __name__ == "__main__":
+    main()
