@@ -26,6 +26,9 @@ class Settings:
     # answer's size and the history (see functions/adapters/llm.py).
     max_output_tokens: int = 512
     region: str | None = None  # for the @connections URL when no callback URL is configured
+    # "seed": the seed article's pipeline (its regex sentence splitter, whole sentences, no early
+    # first chunk), a baseline for ``voicewire bench ttfa`` on the local stack; never deployed.
+    baseline: str = "voicewire"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -51,4 +54,5 @@ class Settings:
             ),
             max_output_tokens=int(env.get("VOICEWIRE_MAX_OUTPUT_TOKENS", "512")),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+            baseline=env.get("VOICEWIRE_BASELINE", "voicewire"),
         )

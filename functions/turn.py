@@ -119,6 +119,9 @@ class TurnRunner:
     chunker_factory: Callable[..., IncrementalSentenceChunker] = field(
         default=partial(IncrementalSentenceChunker, first_max_words=6)
     )
+    # The speech server's early cut of the first chunk (``fast_start``) for the first sentence
+    # and for batch/speak texts. Off only in the seed's baseline (``voicewire bench ttfa``).
+    fast_start: bool = True
     # Why ``cancelled`` was set, when it was not a cancel: the worker's time limit, lost session
     # state. The turn then ends ``failed`` with this error instead of ``cancelled``.
     stop_failure: Callable[[], ClientError | None] = lambda: None
@@ -360,7 +363,10 @@ class TurnRunner:
         # Only the first sentence needs the server's early first-clause cut: later ones are
         # synthesized while earlier audio plays, and whole sentences sound better.
         request_id = await (await self._speech()).send(
-            sentence, voice=self.spec.voice, speed=self.spec.speed, fast_start=index == 0
+            sentence,
+            voice=self.spec.voice,
+            speed=self.spec.speed,
+            fast_start=self.fast_start and index == 0,
         )
         self._request_ids.append(request_id)
         sent.put_nowait(request_id)
@@ -387,7 +393,9 @@ class TurnRunner:
 
     async def _synthesize(self, text: str) -> AsyncIterator[bytes]:
         speech = await self._speech()
-        request_id = await speech.send(text, voice=self.spec.voice, speed=self.spec.speed)
+        request_id = await speech.send(
+            text, voice=self.spec.voice, speed=self.spec.speed, fast_start=self.fast_start
+        )
         self._request_ids.append(request_id)
         async for event in speech.events(request_id):
             if isinstance(event, AudioChunk):

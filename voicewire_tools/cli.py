@@ -122,6 +122,24 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     # Its own stack takes free ports, beside a running `up`.
     demo.set_defaults(speech_port=0, runtime_port=0)
 
+    bench = commands.add_parser(
+        "bench", help="the benchmarks: tables, JSON (--json) and pictures (--plot)"
+    )
+    bench_names = bench.add_subparsers(dest="benchmark", required=True, metavar="NAME")
+    from voicewire_tools.bench import BENCHMARKS
+
+    for name, module_name in BENCHMARKS.items():
+        import importlib
+
+        module = importlib.import_module(module_name)
+        one = bench_names.add_parser(name, help=(module.__doc__ or "").splitlines()[0])
+        module.add_arguments(one)
+        one.add_argument("--json", help="also write the figures to this file")
+        one.add_argument("--plot", help="also draw them in this PNG")
+        one.add_argument("--url", help="a running stack's WebSocket URL (default: start one)")
+        add_stack_arguments(one)
+        one.set_defaults(speech_port=0, runtime_port=0, speech_link="sagemaker")
+
     replay = commands.add_parser(
         "replay", help="invoke the handler a sample event's route names (like sam local invoke)"
     )
@@ -144,10 +162,25 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "serve-speech":
         serve_speech(args)
         return
+    if args.command == "bench":
+        run_benchmark(args)
+        return
     from voicewire_tools.commands import ask, demo, replay, up
 
     commands = {"up": up.run, "ask": ask.run, "demo": demo.run, "replay": replay.run}
     commands[args.command](args)
+
+
+def run_benchmark(args: argparse.Namespace) -> None:
+    import importlib
+
+    from voicewire_tools.bench import BENCHMARKS
+
+    module = importlib.import_module(BENCHMARKS[args.benchmark])
+    try:
+        module.run(args)
+    except (RuntimeError, ValueError, OSError) as error:
+        sys.exit(f"voicewire bench {args.benchmark}: {error}")
 
 
 def serve_speech(args: argparse.Namespace) -> None:

@@ -30,6 +30,7 @@ from functions.adapters.session_store import ClaimVerdict, SessionStore
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
 from functions.environment_loop import run_in_environment
 from functions.observability import logger, metrics
+from functions.settings import Settings
 from functions.turn import TurnOutcome, TurnRunner, TurnSpec
 from functions.wiring import Adapters, current_adapters
 from functions.worker_job import WorkerJob
@@ -211,6 +212,15 @@ class HeadStart:
             logger.warning("an unused speech session could not be given back", error=repr(error))
 
 
+def seed_baseline(settings: Settings) -> dict[str, Any]:
+    """The seed's pipeline for ``voicewire bench``'s baseline modes; nothing otherwise."""
+    if settings.baseline != "seed":
+        return {}
+    from voicewire.seed_chunker import SeedSentenceChunker
+
+    return {"chunker_factory": SeedSentenceChunker, "fast_start": False}
+
+
 async def run_claimed(
     job: WorkerJob,
     adapters: Adapters,
@@ -248,6 +258,7 @@ async def run_claimed(
         runner = TurnRunner(
             spec, relay, speech, stop.event, llm=llm, llm_request=llm_request, text=job.text,
             stop_failure=lambda: stop.failure,
+            **seed_baseline(adapters.settings),
         )  # fmt: skip
         outcome = await runner.run(tell_end=False)
     finally:

@@ -265,6 +265,13 @@ class LocalStack:
         self._drop_kept_sessions()
         self.adapters.speech_session = self.speech_session_factory(link)
 
+    def use_baseline(self, baseline: str) -> None:
+        """Run the next turns as voicewire does ("voicewire") or as the seed did ("seed"):
+        ``voicewire bench ttfa`` interleaves both on one stack."""
+        from dataclasses import replace
+
+        self.adapters.settings = replace(self.adapters.settings, baseline=baseline)
+
     def keep_speech_sessions(self, keep: bool) -> None:
         """Let the worker keep a session warm between turns, or open one per turn."""
         from functions.adapters.speech_sessions import SessionPolicy

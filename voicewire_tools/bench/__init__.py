@@ -1,0 +1,12 @@
+"""``voicewire bench NAME``: the project's benchmarks, one command each.
+
+Benchmarks are not tests: they print tables, write JSON (``--json``) and pictures (``--plot``),
+and can take minutes. Each module here is one benchmark with ``add_arguments(parser)`` and
+``run(args)``; a short smoke run of each is in the test suite.
+"""
+
+from __future__ import annotations
+
+BENCHMARKS = {
+    "ttfa": "voicewire_tools.bench.ttfa",
+}

@@ -1,0 +1,216 @@
+"""``voicewire bench ttfa``: time to first audio, voicewire against the seed's own pipeline.
+
+    uv run voicewire bench ttfa [--trials 5] [--json PATH] [--plot PATH] [--url ws://...]
+
+On the local stack (started on free ports unless ``--url`` names one), with the same replayed LLM
+stream and the same engine, four modes, trials interleaved so that drift hits them alike:
+
+- ``seed_batch``: the seed's batch: the whole answer, then one synthesis request, without the
+  speech server's early first chunk;
+- ``seed_bidi``: the seed's bidi: its regex sentence splitter (``voicewire.seed_chunker``),
+  whole sentences, no early first chunk. The seed's container loop was strictly sequential
+  (receive, synthesize, send, receive the next); voicewire's server handles a session's requests
+  one after the other too, and with whole sentences and no early cut each request is one chunk,
+  so the only remaining difference is that voicewire's server reads the next request while it
+  synthesizes (the seed's read it after sending);
+- ``batch`` and ``bidi``: voicewire's.
+
+Two answers: the seed's 267-character four-sentence one and the default one. Targets: ``bidi``
+at least 2x sooner to first audio than ``seed_bidi`` and at least 5x sooner than ``seed_batch``.
+``--plot`` draws one turn per mode on a shared time axis.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from voicewire.turn_client import TurnResult, run_turn
+from voicewire_tools.bench.machine import describe_machine, machine_line
+
+MODES = {  # name -> (the pipeline's baseline, the ask's mode)
+    "seed_batch": ("seed", "batch"),
+    "seed_bidi": ("seed", "bidi"),
+    "batch": ("voicewire", "batch"),
+    "bidi": ("voicewire", "bidi"),
+}
+ANSWERS = {  # the replayed recording each prompt selects (events/llm/README.md)
+    "four_sentences": "Why does streaming make voice agents feel faster?",
+    "default": "Tell me something about the weather.",
+}
+FIGURES = ("first_audio_ms", "first_text_ms", "total_ms")
+TARGETS = (("seed_bidi", 2.0), ("seed_batch", 5.0))  # bidi at least this many times sooner
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--answers", default=",".join(ANSWERS), help="which answers, of: "
+                        + ", ".join(ANSWERS))  # fmt: skip
+
+
+Trials = dict[str, dict[str, list[TurnResult]]]  # answer -> mode -> results
+
+
+async def run_trials(url: str, stack: Any, answers: list[str], trials: int) -> Trials:
+    modes = list(MODES) if stack is not None else ["batch", "bidi"]
+    results: Trials = {answer: {mode: [] for mode in modes} for answer in answers}
+    for trial in range(1, trials + 1):
+        for answer in answers:
+            for mode in modes:
+                baseline, ask_mode = MODES[mode]
+                if stack is not None:
+                    stack.use_baseline(baseline)
+                message = {"action": "ask", "prompt": ANSWERS[answer], "mode": ask_mode}
+                result = await run_turn(url, message)
+                if result.status != "complete":
+                    raise RuntimeError(f"{mode} ended {result.status}: {result.errors}")
+                results[answer][mode].append(result)
+                first = result.end["timings"]["first_audio_ms"] if result.end else None
+                print(f"trial {trial}/{trials} {answer:<15} {mode:<11} first audio {first:.0f} ms",
+                      flush=True)  # fmt: skip
+    if stack is not None:
+        stack.use_baseline("voicewire")
+    return results
+
+
+def figures(results: list[TurnResult]) -> dict[str, dict[str, Any]]:
+    """Each figure's median, min, max and values over the trials."""
+    summary: dict[str, dict[str, Any]] = {}
+    for key in FIGURES:
+        values = [r.end["timings"][key] for r in results if r.end and r.end["timings"].get(key)]
+        if values:
+            summary[key] = {
+                "median": statistics.median(values),
+                "min": min(values),
+                "max": max(values),
+                "values": values,
+            }
+    return summary
+
+
+def report(results: Trials, machine: dict[str, Any], trials: int) -> dict[str, Any]:
+    answers = {
+        answer: {
+            "prompt": ANSWERS[answer],
+            "modes": {mode: figures(turns) for mode, turns in modes.items()},
+        }
+        for answer, modes in results.items()
+    }
+    first = next(iter(answers.values()))
+    return {"machine": machine, "trials": trials, "modes": first["modes"], "answers": answers}
+
+
+def print_report(data: dict[str, Any]) -> bool:
+    """The tables and the targets; whether every target was met."""
+    print("\n" + machine_line(data["machine"]))
+    met = True
+    for answer, content in data["answers"].items():
+        modes = content["modes"]
+        print(f"\n{answer} ({content['prompt']!r}), {data['trials']} trials, medians (min-max)")
+        print(f"  {'mode':<11}{'first text':>14}{'first audio':>22}{'total':>22}")
+        for mode, row in modes.items():
+            cells = [
+                f"{row[key]['median']:>7.0f} ({row[key]['min']:.0f}-{row[key]['max']:.0f})"
+                if key in row else "-"
+                for key in ("first_text_ms", "first_audio_ms", "total_ms")
+            ]  # fmt: skip
+            print(f"  {mode:<11}{cells[0]:>14}{cells[1]:>22}{cells[2]:>22}")
+        bidi = modes["bidi"]["first_audio_ms"]["median"]
+        for baseline, target in TARGETS:
+            if baseline not in modes:
+                continue
+            ratio = modes[baseline]["first_audio_ms"]["median"] / bidi
+            ok = ratio >= target
+            met &= ok
+            print(f"  bidi vs {baseline}: {ratio:.2f}x sooner (target {target:.0f}x) "
+                  f"{'met' if ok else 'MISSED'}")  # fmt: skip
+    return met
+
+
+def plot(results: Trials, path: Path) -> None:
+    """One turn per mode (the last trial of the first answer) on a shared time axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display here
+    import matplotlib.pyplot as plt
+
+    answer, modes = next(iter(results.items()))
+    figure, axis = plt.subplots(figsize=(11, 1.1 + 0.8 * len(modes)))
+    for row, turns in enumerate(reversed(list(modes.values()))):
+        events = turns[-1].events
+        texts = [e.at_ms for e in events if e.kind == "text_delta"]
+        sentences = [e.at_ms for e in events if e.kind == "sentence"]
+        audio = [e.at_ms for e in events if e.kind == "audio"]
+        axis.scatter(texts, [row + 0.25] * len(texts), marker="|", s=60, color="#888",
+                     label="text delta" if row == 0 else None)  # fmt: skip
+        axis.scatter(sentences, [row + 0.12] * len(sentences), marker="v", s=40, color="#2a6",
+                     label="chunk sent to speech" if row == 0 else None)  # fmt: skip
+        axis.scatter(audio, [row] * len(audio), marker="s", s=10, color="#36c",
+                     label="audio frame received" if row == 0 else None)  # fmt: skip
+        if audio:
+            axis.plot([audio[0]] * 2, [row - 0.3, row + 0.4], color="#c33", linewidth=2)
+            axis.annotate(f"{audio[0]:.0f} ms", (audio[0], row - 0.35), color="#c33",
+                          fontsize=8, ha="left", va="top")  # fmt: skip
+    axis.set_yticks(range(len(modes)), list(reversed(list(modes))))
+    axis.set_xlabel("ms since the ask was sent (red: first audio)")
+    axis.set_title(f"one turn per mode: {ANSWERS[answer]!r}")
+    axis.legend(loc="lower right", fontsize=8)
+    axis.grid(axis="x", alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+@contextlib.contextmanager
+def target(args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
+    if args.url:
+        yield args.url, None
+        return
+    from voicewire_tools.commands.up import quiet_lambda_output, stack_options
+    from voicewire_tools.local_stack.stack import LocalStack
+
+    quiet_lambda_output(False)
+    stack = LocalStack(stack_options(args, 0), progress=lambda line: print(line, flush=True))
+    stack.start()
+    try:
+        yield stack.ws_url, stack
+    finally:
+        stack.stop()
+
+
+def speech_info(stack: Any) -> dict[str, Any] | None:
+    import httpx
+
+    if stack is None:
+        return None
+    ping = f"http://{stack.options.host}:{stack.options.speech_port}/ping"
+    return dict(httpx.get(ping, timeout=5).json())
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    answers = [a.strip() for a in args.answers.split(",") if a.strip()]
+    unknown = [a for a in answers if a not in ANSWERS]
+    if unknown or not answers:
+        raise ValueError(f"unknown answers {unknown}; choose from {', '.join(ANSWERS)}")
+    with target(args) as (url, stack):
+        if stack is None:
+            print("a stack given by --url cannot switch to the seed's pipeline: voicewire's "
+                  "modes only")  # fmt: skip
+        machine = describe_machine(speech_info(stack))
+        print(machine_line(machine), flush=True)
+        results = asyncio.run(run_trials(url, stack, answers, args.trials))
+    data = report(results, machine, args.trials)
+    data["targets_met"] = print_report(data)
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+        print(f"figures written to {args.json}")
+    if args.plot:
+        plot(results, Path(args.plot))
+        print(f"timeline drawn in {args.plot}")
+    return data
