@@ -61,3 +61,37 @@ def test_the_bench_command_knows_its_benchmarks():
     assert args.benchmark == "ttfa" and args.trials == 1 and args.speech_port == 0
     with pytest.raises(SystemExit):
         build_parser().parse_args(["bench", "nothing"])
+
+
+def test_playback_gaps_are_the_silences_after_the_first_audio():
+    from voicewire.turn_client import TimedEvent, TurnResult
+    from voicewire_tools.bench.stalls import playback_gaps
+
+    def audio(at_ms: float, ms: float) -> TimedEvent:
+        return TimedEvent(at_ms, "audio", {"bytes": int(ms * 48)})  # 48 bytes per ms of audio
+
+    turn = TurnResult(
+        events=[
+            TimedEvent(0.0, "turn_start", {}),
+            audio(100, 200),  # plays 100-300
+            audio(150, 200),  # queued: plays 300-500
+            audio(600, 100),  # arrives 100 ms after the queue ran dry: a gap
+            audio(650, 100),  # plays 700-800, in time
+            audio(800.5, 100),  # half a millisecond late: scheduling noise, not a silence
+        ]
+    )
+    assert playback_gaps(turn) == [100]
+
+
+async def test_floor_puts_the_engine_beside_the_turns_first_chunk(stack):
+    from voicewire_tools.bench import floor
+
+    (row,) = await floor.measure(stack.ws_url, stack.speech_url, 1)
+    assert len(row["first_chunk"].split()) <= 6  # the pipeline's first chunk, cut early
+    assert row["floor_ms"] == pytest.approx(row["first_chunk_ms"] + row["engine_ms"], abs=0.2)
+    assert row["ratio"] == pytest.approx(row["first_audio_ms"] / row["floor_ms"], abs=0.001)
+    assert row["link_relay_queueing_ms"] == pytest.approx(
+        row["first_audio_ms"] - row["floor_ms"], abs=0.2
+    )
+    data = floor.report([row], {"cpu": "x", "cores": 2, "python": "3.12"})
+    assert data["median"]["ratio"] == row["ratio"]

@@ -9,4 +9,6 @@ from __future__ import annotations
 
 BENCHMARKS = {
     "ttfa": "voicewire_tools.bench.ttfa",
+    "floor": "voicewire_tools.bench.floor",
+    "stalls": "voicewire_tools.bench.stalls",
 }
