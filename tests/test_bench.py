@@ -95,3 +95,25 @@ async def test_floor_puts_the_engine_beside_the_turns_first_chunk(stack):
     )
     data = floor.report([row], {"cpu": "x", "cores": 2, "python": "3.12"})
     assert data["median"]["ratio"] == row["ratio"]
+
+
+def test_transport_counts_each_deliverys_bytes_and_the_sse_cuts():
+    import random
+
+    import numpy as np
+
+    from voicewire_tools.bench import transport
+
+    tone = (np.sin(np.arange(24_000 * 2) * 2 * np.pi * 220 / 24_000) * 8000).astype("<i2")
+    pcm = tone.tobytes()
+    frames = [pcm[i : i + 9600] for i in range(0, len(pcm), 9600)]  # 0.2 s frames, as served
+    sizes = transport.wire_bytes(frames)
+    assert sizes["pcm"] == len(pcm) == 96_000
+    assert sizes["binary"] == len(pcm) + 9 * 3  # three 32 KB frames, a 9-byte header each
+    assert 1.33 < sizes["base64 json"] / len(pcm) < 1.35  # base64's 4/3 and a small envelope
+    assert sizes["base64 sse"] > sizes["base64 json"] * 0.99
+    assert sizes["opus"] < sizes["mp3"] < len(pcm) / 4
+    check = transport.alignment(frames, random.Random(1))
+    assert check["recovered_every_byte"] is True
+    assert check["delivery_chunks"] > check["events"] / 2 and check["cuts_mid_event"] > 0
+    assert check["cuts_mid_mp3_frame"] <= check["cuts_mid_event"]

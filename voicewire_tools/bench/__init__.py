@@ -11,4 +11,5 @@ BENCHMARKS = {
     "ttfa": "voicewire_tools.bench.ttfa",
     "floor": "voicewire_tools.bench.floor",
     "stalls": "voicewire_tools.bench.stalls",
+    "transport": "voicewire_tools.bench.transport",
 }
