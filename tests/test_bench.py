@@ -117,3 +117,28 @@ def test_transport_counts_each_deliverys_bytes_and_the_sse_cuts():
     assert check["recovered_every_byte"] is True
     assert check["delivery_chunks"] > check["events"] / 2 and check["cuts_mid_event"] > 0
     assert check["cuts_mid_mp3_frame"] <= check["cuts_mid_event"]
+
+
+async def test_load_runs_clients_at_once_and_checks_every_frame(stack):
+    from voicewire_tools.bench import load
+
+    row = await load.one_load(stack.ws_url, stack, clients=2, turns=1)
+    assert row["clients"] == 2 and row["turns"] == 2
+    assert row["errors"] == 0 and row["frame_problems"] == []
+    assert row["first_audio_ms"]["p50"] <= row["first_audio_ms"]["p95"]
+    assert row["peak_rss_mb"] > 100  # the stack and its speech server were measured
+
+
+def test_frame_problems_finds_a_gap_and_a_short_count():
+    from voicewire.turn_client import TimedEvent, TurnResult
+    from voicewire_tools.bench.load import frame_problems
+
+    def audio(seq: int) -> TimedEvent:
+        return TimedEvent(float(seq), "audio", {"seq": seq, "bytes": 4})
+
+    whole = TurnResult(events=[audio(0), audio(1)], audio=bytearray(8))
+    whole.end = {"audio_frames": 2, "audio_bytes": 8}
+    assert frame_problems(whole) == []
+    gap = TurnResult(events=[audio(0), audio(2)], audio=bytearray(8))
+    gap.end = {"audio_frames": 3, "audio_bytes": 12}
+    assert len(frame_problems(gap)) == 3  # the gap, the frame count, the byte count

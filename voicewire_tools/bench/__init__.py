@@ -10,6 +10,7 @@ from __future__ import annotations
 BENCHMARKS = {
     "ttfa": "voicewire_tools.bench.ttfa",
     "floor": "voicewire_tools.bench.floor",
+    "load": "voicewire_tools.bench.load",
     "stalls": "voicewire_tools.bench.stalls",
     "transport": "voicewire_tools.bench.transport",
 }
