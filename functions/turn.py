@@ -360,13 +360,11 @@ class TurnRunner:
         if self.relay.text_flush == "sentence":
             self.relay.flush_text()  # the text written so far, up to this sentence
         queue.put_nowait(Sentence(turn_id=self.spec.turn_id, index=index, text=sentence))
-        # Only the first sentence needs the server's early first-clause cut: later ones are
-        # synthesized while earlier audio plays, and whole sentences sound better.
         request_id = await (await self._speech()).send(
             sentence,
             voice=self.spec.voice,
             speed=self.spec.speed,
-            fast_start=self.fast_start and index == 0,
+            fast_start=self.fast_start and cut_early(sentence, index),
         )
         self._request_ids.append(request_id)
         sent.put_nowait(request_id)
@@ -400,6 +398,19 @@ class TurnRunner:
         async for event in speech.events(request_id):
             if isinstance(event, AudioChunk):
                 yield event.pcm
+
+
+# A later sentence this long takes the engine longer than the audio queued before it usually
+# lasts (bench: a 41-word sentence after two short ones left a 2.4 s silence on 2 cores).
+LONG_SENTENCE_WORDS = 24
+
+
+def cut_early(sentence: str, index: int) -> bool:
+    """Whether the speech server should cut this sentence's first clause off early
+    (``fast_start``): the first sentence, for the first audio; a long later one, so that its
+    first audio is ready before the audio already queued runs out. Other sentences are spoken
+    whole, as they sound best."""
+    return index == 0 or len(sentence.split()) > LONG_SENTENCE_WORDS
 
 
 async def _merge(

@@ -185,3 +185,13 @@ async def test_sentence_text_deltas_carry_the_text_up_to_each_sentence(aws, spee
     assert "".join(d["text"] for d in deltas) == outcome.answer
     # One post per sentence (and one for what follows the last), not one per model delta.
     assert len(deltas) <= len(sentences) + 1
+
+
+def test_the_first_sentence_and_long_later_ones_are_cut_early():
+    from functions.turn import LONG_SENTENCE_WORDS, cut_early
+
+    long = " ".join(["word"] * (LONG_SENTENCE_WORDS + 1)) + "."
+    short = "A short later sentence."
+    assert cut_early(short, 0) and cut_early(long, 0)
+    assert not cut_early(short, 3)  # spoken whole: it is ready before the audio runs out
+    assert cut_early(long, 3)

@@ -23,6 +23,7 @@ import asyncio
 import json
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,8 @@ async def one_load(url: str, stack: Any, clients: int, turns: int) -> dict[str, 
     stalls = [sum(playback_gaps(r)) for r in results]
     problems = [p for r in results for p in frame_problems(r)]
     errors = sum(len(r.errors) for r in results) + sum(r.status != "complete" for r in results)
+    codes = Counter(str(e.get("code")) for r in results for e in r.errors)
+    statuses = Counter(r.status for r in results)
     audio_seconds = sum(len(r.audio) for r in results) / SAMPLE_WIDTH / SAMPLE_RATE
     return {
         "clients": clients,
@@ -118,6 +121,8 @@ async def one_load(url: str, stack: Any, clients: int, turns: int) -> dict[str, 
         },
         "stall_ms": {"total": round(sum(stalls), 1), "max": round(max(stalls, default=0), 1)},
         "errors": errors,
+        "error_codes": dict(codes),
+        "statuses": dict(statuses),
         "frame_problems": problems,
         "audio_seconds_per_wall_second": round(audio_seconds / wall, 2),
         "peak_rss_mb": peak or None,
@@ -128,16 +133,19 @@ async def one_load(url: str, stack: Any, clients: int, turns: int) -> dict[str, 
 def print_report(data: dict[str, Any]) -> bool:
     print("\n" + machine_line(data["machine"]))
     print(f"\n{data['turns_per_client']} bidi turns per client, one after another")
-    print(f"  {'clients':>7}{'turns':>7}{'first audio p50':>17}{'p95':>9}{'stalls':>9}"
+    print(f"  {'clients':>7}{'turns':>7}{'first audio p50':>17}{'p95':>10}{'stalls':>10}"
           f"{'errors':>8}{'lost/misordered':>17}{'audio s/s':>11}{'peak RSS':>11}")  # fmt: skip
     clean = True
     for row in data["loads"]:
         clean &= row["errors"] == 0 and not row["frame_problems"]
         first, rate = row["first_audio_ms"], row["audio_seconds_per_wall_second"]
-        print(f"  {row['clients']:>7}{row['turns']:>7}{first['p50']:>14.0f} ms"
-              f"{first['p95']:>6.0f} ms{row['stall_ms']['total']:>6.0f} ms"
+        stalls = row["stall_ms"]["total"] / 1000
+        print(f"  {row['clients']:>7}{row['turns']:>7}{first['p50'] / 1000:>15.2f} s"
+              f"{first['p95'] / 1000:>8.2f} s{stalls:>8.1f} s"
               f"{row['errors']:>8}{len(row['frame_problems']):>17}"
               f"{rate:>11.2f}{row['peak_rss_mb'] or 0:>8.0f} MB")  # fmt: skip
+        if row["error_codes"] or set(row["statuses"]) - {"complete"}:
+            print(f"  {'':>7}  errors: {row['error_codes']}, turns ended: {row['statuses']}")
     print("nothing lost, misordered or failed:", "yes" if clean else "NO")
     return clean
 
