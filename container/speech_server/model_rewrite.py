@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from speech_server.model_assets import Progress, cache_dir, expected_model_sha256
+from speech_server.model_assets import Progress, cache_dir
 
 logger = logging.getLogger(__name__)
 
@@ -220,8 +220,3 @@ def _keep_only_what_outputs_need(graph: Any, nodes: list[Any]) -> None:
     alive = [init for init in graph.initializer if init.name in needed]
     del graph.initializer[:]
     graph.initializer.extend(alive)
-
-
-def rewrite_applies_to(source: Path) -> bool:
-    """Only the pinned int8 model is rewritten (a user's own model is run as given)."""
-    return source.name.endswith(f".{expected_model_sha256()[:12]}.onnx")

@@ -18,15 +18,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 from voicewire.speech_link import AudioChunk, open_speech_session
 from voicewire.turn_client import run_turn
 from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.report import write_json
 from voicewire_tools.bench.ttfa import ANSWERS, speech_info, target
 
 ANSWER = "four_sentences"
@@ -116,7 +115,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rows = asyncio.run(measure(url, stack.speech_url, args.trials))
     data = report(rows, machine)
     data["target_met"] = print_report(data)
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
-        print(f"figures written to {args.json}")
+    write_json(data, args.json)
     return data

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from typing import Any
 from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
 from voicewire.turn_client import TurnResult, run_turn
 from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.report import write_json
 from voicewire_tools.bench.stalls import playback_gaps
 from voicewire_tools.bench.ttfa import speech_info, target
 
@@ -182,9 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             loads.append(asyncio.run(one_load(url, stack, clients, args.turns)))
     data = {"machine": machine, "turns_per_client": args.turns, "loads": loads}
     data["clean"] = print_report(data)
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
-        print(f"figures written to {args.json}")
+    write_json(data, args.json)
     if args.plot:
         plot(data, Path(args.plot))
         print(f"first audio against clients drawn in {args.plot}")

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
-from pathlib import Path
 from typing import Any
 
 from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
 from voicewire.turn_client import TurnResult
 from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.report import write_json
 from voicewire_tools.bench.ttfa import run_trials, speech_info, target
 
 ANSWER = "four_sentences"
@@ -95,7 +94,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         trials = asyncio.run(run_trials(url, stack, [ANSWER], args.trials))
     data = report(trials[ANSWER], machine)
     data["target_met"] = print_report(data)
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
-        print(f"figures written to {args.json}")
+    write_json(data, args.json)
     return data

@@ -24,7 +24,6 @@ import base64
 import io
 import json
 import random
-from pathlib import Path
 from typing import Any
 
 from voicewire.client_protocol import (
@@ -36,6 +35,7 @@ from voicewire.client_protocol import (
 from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
 from voicewire.sse import SseDecoder, encode_sse_event
 from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.report import write_json
 
 TEXTS = [
     "Okay.",
@@ -244,7 +244,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     answers = asyncio.run(speak_all(texts))
     data = report(answers, random.Random(args.seed), machine)
     print_report(data)
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
-        print(f"figures written to {args.json}")
+    write_json(data, args.json)
     return data

@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
-import statistics
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from voicewire.turn_client import TurnResult, run_turn
 from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.report import turn_figures, write_json
 
 MODES = {  # name -> (the pipeline's baseline, the ask's mode)
     "seed_batch": ("seed", "batch"),
@@ -44,7 +43,6 @@ ANSWERS = {  # the replayed recording each prompt selects (events/llm/README.md)
     "four_sentences": "Why does streaming make voice agents feel faster?",
     "default": "Tell me something about the weather.",
 }
-FIGURES = ("first_audio_ms", "first_text_ms", "total_ms")
 TARGETS = (("seed_bidi", 2.0), ("seed_batch", 5.0))  # bidi at least this many times sooner
 
 
@@ -79,26 +77,11 @@ async def run_trials(url: str, stack: Any, answers: list[str], trials: int) -> T
     return results
 
 
-def figures(results: list[TurnResult]) -> dict[str, dict[str, Any]]:
-    """Each figure's median, min, max and values over the trials."""
-    summary: dict[str, dict[str, Any]] = {}
-    for key in FIGURES:
-        values = [r.end["timings"][key] for r in results if r.end and r.end["timings"].get(key)]
-        if values:
-            summary[key] = {
-                "median": statistics.median(values),
-                "min": min(values),
-                "max": max(values),
-                "values": values,
-            }
-    return summary
-
-
 def report(results: Trials, machine: dict[str, Any], trials: int) -> dict[str, Any]:
     answers = {
         answer: {
             "prompt": ANSWERS[answer],
-            "modes": {mode: figures(turns) for mode, turns in modes.items()},
+            "modes": {mode: turn_figures(turns) for mode, turns in modes.items()},
         }
         for answer, modes in results.items()
     }
@@ -169,19 +152,11 @@ def plot(results: Trials, path: Path) -> None:
 
 @contextlib.contextmanager
 def target(args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
-    if args.url:
-        yield args.url, None
-        return
-    from voicewire_tools.commands.up import quiet_lambda_output, stack_options
-    from voicewire_tools.local_stack.stack import LocalStack
+    """The WebSocket URL and its stack: ``voicewire demo``'s own stack, or ``--url``."""
+    from voicewire_tools.commands.demo import target as demo_target
 
-    quiet_lambda_output(False)
-    stack = LocalStack(stack_options(args, 0), progress=lambda line: print(line, flush=True))
-    stack.start()
-    try:
-        yield stack.ws_url, stack
-    finally:
-        stack.stop()
+    with demo_target(args.url, args) as found:
+        yield found
 
 
 def speech_info(stack: Any) -> dict[str, Any] | None:
@@ -207,9 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results = asyncio.run(run_trials(url, stack, answers, args.trials))
     data = report(results, machine, args.trials)
     data["targets_met"] = print_report(data)
-    if args.json:
-        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
-        print(f"figures written to {args.json}")
+    write_json(data, args.json)
     if args.plot:
         plot(results, Path(args.plot))
         print(f"timeline drawn in {args.plot}")

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import statistics
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,17 +28,10 @@ FIGURES = (
 )
 
 
-def summarize(results: list[TurnResult]) -> dict[str, dict[str, float]]:
-    summary: dict[str, dict[str, float]] = {}
-    for _, key in FIGURES:
-        values = [r.end["timings"][key] for r in results if r.end and r.end["timings"].get(key)]
-        if values:
-            summary[key] = {
-                "median": statistics.median(values),
-                "min": min(values),
-                "max": max(values),
-            }
-    return summary
+def summarize(results: list[TurnResult]) -> dict[str, dict[str, Any]]:
+    from voicewire_tools.bench.report import turn_figures
+
+    return turn_figures(results)
 
 
 def print_table(title: str, summary: dict[str, dict[str, float]], trials: int) -> None:
