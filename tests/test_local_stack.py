@@ -285,6 +285,18 @@ def test_ask_cli_prints_the_timeline_and_writes_audio(stack, tmp_path):
         assert audio.getframerate() == 24_000 and audio.getnframes() > 12_000
 
 
+def test_ask_cli_lists_the_stacks_voices_with_the_default_marked(stack):
+    result = subprocess.run(
+        [sys.executable, "-m", "voicewire_tools.cli", "ask", "--voices", "--url", stack.ws_url],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 54 and lines[0].split()[0] == "af_alloy"  # English first, by name
+    assert [line.split()[1] for line in lines if line.startswith("*")] == ["af_heart"]
+    assert any("bf_emma" in line and "British English" in line for line in lines)
+
+
 @pytest.mark.skipif(
     shutil.which("npx") is None or shutil.which("script") is None,
     reason="needs npx (Node.js) and script (util-linux)",

@@ -102,3 +102,17 @@ async def run_turn(
                     result.end = event.data
                     return result
     return result
+
+
+async def list_voices(url: str, limit_seconds: float = 30) -> dict[str, Any]:
+    """The ``voices`` frame answering ``{"action": "voices"}``: the voices ``ask`` accepts."""
+    async with connect(url, max_size=None, open_timeout=30) as websocket:
+        await websocket.send(json.dumps({"action": "voices"}))
+        async with asyncio.timeout(limit_seconds):
+            async for frame in websocket:
+                if isinstance(frame, str) and (data := json.loads(frame)).get("type") in (
+                    "voices",
+                    "error",
+                ):
+                    return dict(data)
+    raise ConnectionError("the connection closed before the voices arrived")

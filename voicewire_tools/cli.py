@@ -97,6 +97,9 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     ask.add_argument("--url", default="ws://127.0.0.1:8000/ws")
     ask.add_argument("--mode", choices=["bidi", "batch"], default="bidi")
     ask.add_argument("--speak", metavar="TEXT", help="speak TEXT instead of asking")
+    ask.add_argument(
+        "--voices", action="store_true", help="list the voices the stack offers (* the default)"
+    )
     ask.add_argument("--out", default="answer.wav", help="where the audio goes (WAV)")
     ask.add_argument("--token", help="the connection token, for a stack that requires one")
     ask.add_argument("--voice")

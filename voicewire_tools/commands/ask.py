@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from voicewire.turn_client import TimedEvent, run_turn
+from voicewire.turn_client import TimedEvent, list_voices, run_turn
 
 
 def timeline_line(event: TimedEvent) -> str:
@@ -50,12 +50,29 @@ def message_for(args: argparse.Namespace) -> dict[str, Any]:
     return {"action": "ask", "prompt": args.prompt, "mode": args.mode, **options}
 
 
+def voices_table(frame: dict[str, Any]) -> str:
+    """The ``voices`` frame as lines a person reads: name, language, gender; the default marked."""
+    if frame.get("type") == "error":
+        return f"error {frame['code']}: {frame['message']}"
+    return "\n".join(
+        f"{'*' if voice['name'] == frame['default_voice'] else ' '} {voice['name']:<14}"
+        f"{voice['label']:<22}{voice.get('gender') or ''}"
+        for voice in frame["voices"]
+    )
+
+
 def run(args: argparse.Namespace) -> None:
-    if args.prompt is None and args.speak is None:
-        sys.exit("voicewire ask: give a PROMPT or --speak TEXT")
     url = args.url + (
         ("&" if "?" in args.url else "?") + f"token={args.token}" if args.token else ""
     )
+    if args.voices:
+        try:
+            print(voices_table(asyncio.run(list_voices(url))))
+        except (OSError, TimeoutError) as error:
+            sys.exit(f"voicewire ask: cannot reach {args.url}: {error}")
+        return
+    if args.prompt is None and args.speak is None:
+        sys.exit("voicewire ask: give a PROMPT, --speak TEXT or --voices")
     try:
         result = asyncio.run(
             run_turn(url, message_for(args), lambda event: print(timeline_line(event), flush=True))
