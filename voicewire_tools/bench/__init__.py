@@ -13,4 +13,5 @@ BENCHMARKS = {
     "load": "voicewire_tools.bench.load",
     "stalls": "voicewire_tools.bench.stalls",
     "transport": "voicewire_tools.bench.transport",
+    "engine": "voicewire_tools.bench.engine",
 }

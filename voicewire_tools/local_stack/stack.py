@@ -305,6 +305,7 @@ class LocalStack:
             "VOICEWIRE_PORT": str(self.options.speech_port),
             "VOICEWIRE_ENGINE": engine.engine,
             "VOICEWIRE_GRAPH": engine.graph,
+            "VOICEWIRE_VOCODER": engine.vocoder,
             "VOICEWIRE_MODEL_DIR": str(engine.model_dir),
         }
         for name, value in (

@@ -15,6 +15,7 @@ behave the same on the wire.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Protocol
 
 import numpy as np
@@ -34,6 +35,13 @@ class SpeechEngine(Protocol):
 
     def synthesize(self, text: str, voice: str, speed: float) -> NDArray[np.float32]:
         """Speak one chunk; audio in [-1, 1], untrimmed. Blocking: run it off the event loop."""
+        ...
+
+    def synthesize_stream(
+        self, text: str, voice: str, speed: float
+    ) -> Iterator[NDArray[np.float32]]:
+        """The same chunk in consecutive pieces, the first as early as the engine can give it
+        (the ONNX engine: its first vocoder window). Blocking per piece, like ``synthesize``."""
         ...
 
 

@@ -1,0 +1,233 @@
+"""Kokoro's ONNX graph split where its vocoder begins, so a chunk's first audio leaves after the
+text side and one window of the vocoder instead of after the whole chunk.
+
+On a CPU the vocoder (the iSTFTNet generator) is ~90% of a chunk's engine time and runs at ~0.2x
+real time: a 5-word chunk's 2.5 s of audio cost ~530 ms of it. Everything before it (phonemes to
+features: text encoder, durations, prosody, the decoder's low-rate blocks) costs ~65 ms. Split
+there, the generator can decode the chunk's frames in windows, each sent as soon as it exists.
+
+**The split** (``split_graph``, once per model, cached next to it, like ``model_rewrite``):
+
+- the *text side*: ``tokens, style, speed`` -> ``durations`` (frames per token), ``features``
+  (the generator's input, ``[1, 512, F]`` at 80 frames/s, 300 samples each), ``f0`` (the pitch
+  curve at the same rate) and ``phase`` (the harmonic source's cumulative phase per frame, the
+  ``CumSum`` inside its sine generator, ``[1, F, 9]``);
+- the *vocoder*: ``features, f0, style, phase_offset`` -> ``audio``, where ``phase_offset`` is
+  added to the sine generator's cumulative phase.
+
+Decoded whole, the two halves give the one-shot graph's samples exactly (a test checks it).
+
+**Windows** (``window_plan``, ``StreamedVocoder.windows``): a chunk is decoded in two windows
+when that brings its first audio forward: the first ends as early as it can while the second,
+decoded as the first plays, is still ready before the first has played out (from the vocoder's
+speed, measured on every whole decode). Each window decodes ``CONTEXT_FRAMES`` before it and
+``LOOKAHEAD_FRAMES`` after it and keeps only its own frames, so the convolutions see the same
+neighbours as in the whole decode; the two overlap by ``FADE_SAMPLES`` at the seam, crossfaded
+linearly. Two things still differ from the whole decode, handled or measured:
+
+- the sine generator's phase starts at zero in every window: ``phase_offset`` carries the
+  cumulative phase the text side computed for the whole chunk, so the harmonics run on without a
+  jump (without it the seam is a phase reset);
+- the generator's instance normalizations take their statistics over the window, not the chunk.
+  That moves the windowed audio a little from the one-shot decode: ``voicewire bench engine``
+  measures the log-mel correlation of the heard audio and the seam.
+
+More windows would start the audio no sooner (the first window is what the listener waits for)
+and every seam costs context and correlation, so there are at most two. Only a request's first
+chunk is streamed (``speech_server.synthesis``); later ones are decoded whole while the audio
+before them plays.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from speech_server.model_assets import Progress, cache_dir
+
+logger = logging.getLogger(__name__)
+
+SAMPLES_PER_FRAME = 300  # the generator's frames: 24 kHz / 80 frames per second
+SAMPLE_RATE = 24_000
+# Decoded beside a window and dropped: 0.6 s before it, 0.5 s after it. The first window's
+# lookahead is what the listener waits for; measured (voicewire bench engine --part streamed),
+# the correlation with the whole decode gains more from context before the seam than after it,
+# and 40 frames after it is the least that keeps the seam's frames no farther from the whole
+# decode than the frames around them (32 did not, for two voices of four).
+CONTEXT_FRAMES = 48
+LOOKAHEAD_FRAMES = 40
+FADE_SAMPLES = 240  # 10 ms crossfade at the seam
+MIN_FIRST_SPEECH_FRAMES = 16  # 0.2 s: the first window holds at least this much speech
+SPEED_MARGIN = 1.25  # the second window must be ready with this much time to spare
+
+# Tensor names in Kokoro-82M v1.0's ONNX export (the int8 graph from PyPI and its rewrite alike).
+_FEATURES = "/decoder/decoder/decode.3/Div_4_output_0"  # last decoder block: the generator's input
+_F0 = "/decoder/decoder/Unsqueeze_output_0"  # the pitch curve the generator's source follows
+_DURATIONS = "/encoder/Cast_output_0"  # frames per token, after rounding
+_SINE_PHASE_OP = "/decoder/decoder/generator/m_source/l_sin_gen/CumSum"
+PHASE_OFFSET = "phase_offset"
+
+
+class SplitFailed(RuntimeError):
+    """The graph is not the export this split knows; the engine decodes chunks whole."""
+
+
+@dataclass(frozen=True)
+class SplitGraph:
+    text_side: Path
+    vocoder: Path
+
+
+def split_graph(
+    source: Path, directory: Path | None = None, progress: Progress = logger.info
+) -> SplitGraph:
+    """The two halves of ``source``, made once and cached by its sha256."""
+    directory = directory or cache_dir()
+    with source.open("rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()[:12]
+    split = SplitGraph(
+        directory / f"{source.stem}.{digest}.text-side.onnx",
+        directory / f"{source.stem}.{digest}.vocoder.onnx",
+    )
+    if split.text_side.exists() and split.vocoder.exists():
+        return split
+    progress(f"splitting {source.name} where its vocoder begins (once)")
+    text_side, vocoder = split_models(source)
+    for model, target in ((text_side, split.text_side), (vocoder, split.vocoder)):
+        partial = target.with_suffix(f".{os.getpid()}.partial")
+        try:
+            partial.write_bytes(model.SerializeToString())
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
+    return split
+
+
+def split_models(source: Path) -> tuple[Any, Any]:
+    """The text side and the vocoder of ``source`` as onnx models."""
+    import onnx
+    from onnx import helper
+    from onnx.utils import Extractor
+
+    model = onnx.load(str(source))
+    produced = {output for node in model.graph.node for output in node.output}
+    phase = next((n.output[0] for n in model.graph.node if n.name == _SINE_PHASE_OP), None)
+    missing = [name for name in (_FEATURES, _F0, _DURATIONS) if name not in produced]
+    if phase is None or missing:
+        raise SplitFailed(f"{source.name} is not Kokoro-82M v1.0's export (no {missing or phase})")
+    inputs = [tensor.name for tensor in model.graph.input]
+    audio = model.graph.output[0].name
+    extractor = Extractor(model)
+    text_side = extractor.extract_model(inputs, [_DURATIONS, _FEATURES, _F0, phase])
+    vocoder = extractor.extract_model([_FEATURES, _F0, "style"], [audio])
+    # The sine generator's cumulative phase, plus the phase the frames before this window reached.
+    carried = f"{phase}_carried"
+    for node in vocoder.graph.node:
+        node.input[:] = [carried if name == phase else name for name in node.input]
+    vocoder.graph.node.append(helper.make_node("Add", [phase, PHASE_OFFSET], [carried]))
+    vocoder.graph.input.append(
+        helper.make_tensor_value_info(PHASE_OFFSET, onnx.TensorProto.FLOAT, [1, 1, None])
+    )
+    return text_side, vocoder
+
+
+@dataclass(frozen=True)
+class TextSide:
+    """What the text side gives for one batch of tokens."""
+
+    durations: NDArray[np.int64]  # frames per token, the boundary pads included
+    features: NDArray[np.float32]
+    f0: NDArray[np.float32]
+    phase: NDArray[np.float32]
+
+    @property
+    def frames(self) -> int:
+        return int(self.features.shape[-1])
+
+    @property
+    def leading_silence_frames(self) -> int:
+        """The leading pad token's frames (its durations count 40 ms frames: two of ours)."""
+        return int(self.durations.ravel()[0]) * 2
+
+
+def window_plan(frames: int, lead: int, seconds_per_frame: float) -> list[tuple[int, int]]:
+    """Consecutive ``(start, end)`` frame ranges covering ``[0, frames)``: two, or one when two
+    would not bring the first audio forward.
+
+    The first window is as short as it can be while the second, decoded as the first plays, is
+    ready before it has played out: its speech lasts ``first`` frames of 12.5 ms and the second
+    costs ``seconds_per_frame`` (the vocoder's measured speed) for each of its frames and context.
+    """
+    audio_per_frame = SAMPLES_PER_FRAME / SAMPLE_RATE
+    cost = SPEED_MARGIN * seconds_per_frame
+    first = math.ceil(cost * (frames - lead + CONTEXT_FRAMES) / (audio_per_frame + cost))
+    first = max(first, MIN_FIRST_SPEECH_FRAMES)
+    if frames - (lead + first) < 2 * CONTEXT_FRAMES:
+        return [(0, frames)]
+    return [(0, lead + first), (lead + first, frames)]
+
+
+class StreamedVocoder:
+    """Runs the two halves of the split: the text side whole, the vocoder whole or in windows."""
+
+    def __init__(self, text_side: Any, vocoder: Any) -> None:
+        self.text_side_session = text_side
+        self.vocoder_session = vocoder
+        # Seconds of vocoder time per frame, measured on every whole decode (the engine warms up
+        # with one); until then, what a 2-core CPU takes.
+        self.seconds_per_frame = 0.003
+
+    def text_side(self, inputs: dict[str, NDArray[Any]]) -> TextSide:
+        durations, features, f0, phase = self.text_side_session.run(None, inputs)
+        return TextSide(durations, features, f0, phase)
+
+    def whole(self, text: TextSide, style: NDArray[np.float32]) -> NDArray[np.float32]:
+        """The chunk decoded in one call: the one-shot graph's samples exactly."""
+        started = time.perf_counter()
+        audio = self._decode(text, style, 0, text.frames)
+        self.seconds_per_frame = (time.perf_counter() - started) / text.frames
+        return audio
+
+    def windows(self, text: TextSide, style: NDArray[np.float32]) -> Iterator[NDArray[np.float32]]:
+        """The chunk's audio, a window at a time; concatenated, as long as ``whole``'s."""
+        plan = window_plan(text.frames, text.leading_silence_frames, self.seconds_per_frame)
+        half_fade = FADE_SAMPLES // 2
+        held: NDArray[np.float32] | None = None  # the last window's side of the next seam
+        for index, (start, end) in enumerate(plan):
+            first, last = index == 0, index == len(plan) - 1
+            lo = max(0, start - CONTEXT_FRAMES)
+            hi = min(text.frames, end + LOOKAHEAD_FRAMES)
+            audio = self._decode(text, style, lo, hi)
+            # Keep this window's frames, plus half a fade on each side of a seam.
+            begin = (start - lo) * SAMPLES_PER_FRAME - (0 if first else half_fade)
+            stop = (end - lo) * SAMPLES_PER_FRAME + (0 if last else half_fade)
+            piece = audio[begin:stop]
+            if held is not None:
+                fade = np.linspace(0.0, 1.0, FADE_SAMPLES, dtype=np.float32)
+                piece = piece.copy()
+                piece[:FADE_SAMPLES] = held * (1.0 - fade) + piece[:FADE_SAMPLES] * fade
+            if not last:
+                piece, held = piece[:-FADE_SAMPLES], piece[-FADE_SAMPLES:]
+            yield piece
+
+    def _decode(
+        self, text: TextSide, style: NDArray[np.float32], lo: int, hi: int
+    ) -> NDArray[np.float32]:
+        offset = text.phase[:, lo - 1 : lo, :] if lo > 0 else np.zeros_like(text.phase[:, :1, :])
+        feed = {
+            _FEATURES: text.features[..., lo:hi],
+            _F0: text.f0[..., lo:hi],
+            "style": style,
+            PHASE_OFFSET: offset,
+        }
+        return np.asarray(self.vocoder_session.run(None, feed)[0], dtype=np.float32).ravel()

@@ -1,0 +1,213 @@
+"""The graph split where Kokoro's vocoder begins, its windows, and a request's first chunk streamed.
+
+The real model throughout: the split's halves against kokoro-onnx running the whole graph, the
+windows against the whole decode, the synthesis layer's first frame against the engine's pieces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from kokoro_onnx import Kokoro
+
+from speech_server.model_assets import bundled_model_path
+from speech_server.model_rewrite import fast_model_path
+from speech_server.official_voices import english_or_bundled_voices
+from speech_server.streamed_vocoder import (
+    CONTEXT_FRAMES,
+    MIN_FIRST_SPEECH_FRAMES,
+    SplitFailed,
+    split_models,
+    window_plan,
+)
+from speech_server.synthesis import EDGE_PAD_SECONDS, StreamedTrim, Synthesizer, trim_silence
+
+FIVE_WORDS = "Your parcel arrives on Thursday."
+CPU_SECONDS_PER_FRAME = 0.003  # a 2-core CPU's vocoder
+GPU_SECONDS_PER_FRAME = 0.0001
+
+
+def log_mel_correlation(first: np.ndarray, second: np.ndarray) -> float:
+    """Correlation of 80-band log-mel spectrograms (1024-sample frames, hop 256, to 12 kHz)."""
+    n = min(len(first), len(second))
+    edges = 700 * (10 ** (np.linspace(0, 2595 * np.log10(1 + 12000 / 700), 82) / 2595) - 1)
+    bins = np.fft.rfftfreq(1024, 1 / 24000)
+    bank = np.array(
+        [
+            np.clip(np.minimum((bins - lo) / (mid - lo), (hi - bins) / (hi - mid)), 0, None)
+            for lo, mid, hi in zip(edges, edges[1:], edges[2:], strict=False)
+        ]
+    )
+
+    def log_mel(audio: np.ndarray) -> np.ndarray:
+        frames = np.lib.stride_tricks.sliding_window_view(audio[:n], 1024)[::256] * np.hanning(1024)
+        return np.log(np.abs(np.fft.rfft(frames)) ** 2 @ bank.T + 1e-6)
+
+    return float(np.corrcoef(log_mel(first).ravel(), log_mel(second).ravel())[0, 1])
+
+
+@pytest.fixture(scope="module")
+def whole_graph() -> Kokoro:
+    """kokoro-onnx on the unsplit graph the engine splits: the reference."""
+    voices, _ = english_or_bundled_voices()
+    return Kokoro(str(fast_model_path(bundled_model_path())), str(voices))
+
+
+def test_the_split_halves_give_the_whole_graphs_samples_exactly(onnx_engine, whole_graph):
+    assert onnx_engine.vocoder is not None, "the default engine runs the split graph"
+    for text in (FIVE_WORDS, "Hello! We fixed the billing error, and the refund arrives soon."):
+        reference, _ = whole_graph.create(text, voice="af_heart", lang="en-us", trim=False)
+        split = onnx_engine.synthesize(text, "af_heart", 1.0)
+        assert split.shape == reference.shape
+        assert np.array_equal(split, reference)
+
+
+def test_a_graph_the_split_does_not_know_is_refused_by_name(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["tokens"], ["audio"])],
+        "not-kokoro",
+        [helper.make_tensor_value_info("tokens", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("audio", TensorProto.FLOAT, [1])],
+    )
+    path = tmp_path / "other.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    with pytest.raises(SplitFailed, match=r"other\.onnx is not Kokoro-82M"):
+        split_models(path)
+
+
+@pytest.mark.parametrize("seconds_per_frame", [CPU_SECONDS_PER_FRAME, GPU_SECONDS_PER_FRAME])
+def test_the_windows_are_the_whole_decode_with_one_seam(onnx_engine, seconds_per_frame):
+    vocoder = onnx_engine.vocoder
+    reference = onnx_engine.synthesize(FIVE_WORDS, "af_heart", 1.0)
+    vocoder.seconds_per_frame = seconds_per_frame
+    try:
+        pieces = list(onnx_engine.synthesize_stream(FIVE_WORDS, "af_heart", 1.0))
+    finally:
+        onnx_engine.synthesize(FIVE_WORDS, "af_heart", 1.0)  # measures the real speed again
+    assert len(pieces) == 2
+    streamed = np.concatenate(pieces)
+    assert streamed.shape == reference.shape
+    # What a listener hears (the synthesis layer trims the silence at both ends).
+    loud = np.flatnonzero(np.abs(reference) > 0.01)
+    heard = slice(loud[0], loud[-1])
+    assert log_mel_correlation(streamed[heard], reference[heard]) > 0.97
+    # The faster the vocoder, the shorter the first window.
+    if seconds_per_frame == GPU_SECONDS_PER_FRAME:
+        assert len(pieces[0]) < len(pieces[1])
+
+
+def test_the_seam_carries_the_harmonic_phase(onnx_engine):
+    """Without the carried phase a window's harmonics restart at zero: further from the whole
+    decode than with it."""
+    vocoder = onnx_engine.vocoder
+    text_side, style = next(onnx_engine.text_sides(FIVE_WORDS, "af_heart", 1.0))
+    reference = vocoder.whole(text_side, style)
+    start = text_side.leading_silence_frames + 40
+    lo, hi = start - CONTEXT_FRAMES, text_side.frames
+    restarted_phase = dataclasses.replace(text_side, phase=np.zeros_like(text_side.phase))
+    wanted = reference[start * 300 : (hi - CONTEXT_FRAMES) * 300]
+
+    def error(side) -> float:
+        window = vocoder._decode(side, style, lo, hi)
+        kept = window[(start - lo) * 300 : (hi - CONTEXT_FRAMES - lo) * 300]
+        return float(np.abs(kept - wanted).mean())
+
+    assert error(text_side) < error(restarted_phase) / 2
+
+
+@given(
+    frames=st.integers(1, 2000),
+    lead=st.integers(0, 80),
+    seconds_per_frame=st.floats(0.00001, 0.02),
+)
+def test_window_plan_covers_every_frame_once(frames, lead, seconds_per_frame):
+    plan = window_plan(frames, lead, seconds_per_frame)
+    assert plan[0][0] == 0 and plan[-1][1] == frames
+    assert all(end == start for (_, end), (start, _) in itertools.pairwise(plan))
+    assert 1 <= len(plan) <= 2
+    if len(plan) == 2:
+        first_end, _ = plan[1]
+        assert first_end >= min(frames, lead + MIN_FIRST_SPEECH_FRAMES)
+        assert frames - first_end >= 2 * CONTEXT_FRAMES  # a second window worth its seam
+
+
+def test_a_slower_vocoder_gets_a_longer_first_window():
+    fast = window_plan(400, 28, 0.001)
+    slow = window_plan(400, 28, 0.004)
+    assert fast[0][1] < slow[0][1]
+
+
+@given(
+    audio=st.lists(
+        st.sampled_from([0.0, 0.004, -0.005, 0.02, -0.3, 0.5]), min_size=0, max_size=300
+    ),
+    cuts=st.lists(st.integers(0, 300), max_size=6),
+)
+def test_streamed_trim_keeps_what_the_whole_trim_keeps(audio, cuts):
+    samples = np.array(audio, dtype=np.float32)
+    rate = int(10 / EDGE_PAD_SECONDS)  # a 10-sample pad, so short lists exercise it
+    bounds = [0, *sorted(min(cut, len(samples)) for cut in cuts), len(samples)]
+    trim = StreamedTrim(rate)
+    kept = [trim.push(samples[lo:hi]) for lo, hi in itertools.pairwise(bounds)]
+    streamed = np.concatenate([*kept, trim.finish()])
+    assert np.array_equal(streamed, trim_silence(samples, rate))
+
+
+class RecordingEngine:
+    """The real engine, noting when each streamed piece is made."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        self.name, self.sample_rate = engine.name, engine.sample_rate
+        self.voices, self.default_voice = engine.voices, engine.default_voice
+        self.events: list[str] = []
+        self.lock = threading.Lock()
+
+    def synthesize(self, text, voice, speed):
+        audio = self._engine.synthesize(text, voice, speed)
+        self._note("whole")
+        return audio
+
+    def synthesize_stream(self, text, voice, speed):
+        for piece in self._engine.synthesize_stream(text, voice, speed):
+            self._note("piece")
+            yield piece
+
+    def _note(self, event: str) -> None:
+        with self.lock:
+            self.events.append(event)
+
+
+def test_a_requests_first_frame_leaves_before_its_first_chunk_is_decoded(onnx_engine):
+    recording = RecordingEngine(onnx_engine)
+    synthesizer = Synthesizer(recording)
+    onnx_engine.vocoder.seconds_per_frame = CPU_SECONDS_PER_FRAME
+
+    async def speak() -> bytes:
+        audio = b""
+        async for frame in synthesizer.pcm_frames(
+            FIVE_WORDS + " Then it goes to your door.", "af_heart", 1.0
+        ):
+            if not audio:
+                recording._note("first frame")
+            audio += frame
+        return audio
+
+    try:
+        audio = asyncio.run(speak())
+    finally:
+        synthesizer.close()
+    # The first chunk comes in pieces, its first frame sent before the second is decoded; the
+    # second chunk is decoded whole while the first plays.
+    assert recording.events == ["piece", "first frame", "piece", "whole"]
+    assert len(audio) > 24000 * 2 * 2  # over two seconds of speech
