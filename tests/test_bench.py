@@ -174,3 +174,69 @@ def test_seam_prominence_finds_a_click_at_the_seam():
     assert seam_prominence(rendered, whole, seam, 24000) < 1.5
     assert seam_prominence(clicked, whole, seam, 24000) > 3
     assert seam_rank(clicked, whole, seam, 24000) == 1.0  # more prominent than every other place
+
+
+def capacity_inputs():
+    from voicewire_tools.bench.capacity import Chunk, MeasuredInputs
+
+    # A turn: a 1.5 s first chunk ready at 0.9 s, then four 4 s chunks as the text arrives.
+    chunks = [Chunk(0.9, 1.5, 0), *(Chunk(1.5 + i, 4.0, i + 1) for i in range(4))]
+    return MeasuredInputs(
+        answers={"synthetic": chunks},
+        cpu_real_time_factor=0.3,
+        gpu_real_time_factor=0.012,
+        gpu_fixed_s=0.13,
+        seed_audio_s=(15.0, 1.6),
+    )
+
+
+def test_capacity_turns_come_from_the_recordings_through_the_pipelines_chunker():
+    from voicewire_tools.bench.capacity import turn_requests
+
+    requests = turn_requests("four_sentences")
+    assert len(requests) >= 4
+    times = [ready for ready, _, _ in requests]
+    assert times == sorted(times) and times[0] > 0.3  # the LLM's first token comes first
+    assert requests[0][2] is True  # the first sentence starts fast
+    assert len(requests[0][1].split()) <= 6  # the pipeline's first_max_words
+
+
+def test_capacity_simulation_queues_when_an_instance_is_overloaded():
+    from voicewire_tools.bench.capacity import Assumptions, Scenario, simulate
+
+    inputs, assumptions = capacity_inputs(), Assumptions()
+    light = simulate(inputs, assumptions, Scenario(10, 1, 0.5))
+    heavy = simulate(inputs, assumptions, Scenario(400, 1, 0.5))
+    spread = simulate(inputs, assumptions, Scenario(400, 8, 0.5))
+    # Unloaded: the first chunk's text, its synthesis and the link, nothing more.
+    service = assumptions.engine_call_s + 1.5 * inputs.gpu_real_time_factor
+    assert light["first_audio_p50_s"] == pytest.approx(0.9 + service + 0.06, abs=0.01)
+    assert heavy["first_audio_p95_s"] > 10 * light["first_audio_p95_s"]
+    assert spread["first_audio_p95_s"] < heavy["first_audio_p95_s"]
+    assert light["stalled_turns"] == 0
+
+
+def test_capacity_autoscaling_adds_instances_under_load():
+    from voicewire_tools.bench.capacity import Assumptions, Scenario, simulate
+
+    scenario = Scenario([(0.0, 20.0), (600.0, 300.0)], 1, 1.0, autoscale=True)
+    result = simulate(capacity_inputs(), Assumptions(provision_s=120), scenario)
+    instances = [serving for _, serving, _ in result["timeline"]]
+    assert instances[0] == 1 and max(instances) > 2
+
+
+def test_capacity_report_prices_a_spoken_minute_and_draws_its_picture(tmp_path: Path):
+    import argparse
+
+    from voicewire_tools.bench.capacity import Assumptions, capacity_report, plot
+
+    args = argparse.Namespace(loads="20,200", hours=0.25, routing="least")
+    report = capacity_report(capacity_inputs(), Assumptions(), args)
+    costs = report["paper"]["cost_per_1000_spoken_minutes_usd"]
+    assert costs["total"] == pytest.approx(sum(v for k, v in costs.items() if k != "total"))
+    assert all(value > 0 for value in costs.values())
+    assert report["paper"]["sessions_per_gpu_instance"] > 1
+    assert {row["instances"] for row in report["sweep"]} == {1, 2, 4, 8}
+    picture = tmp_path / "capacity.png"
+    plot(report, str(picture))
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

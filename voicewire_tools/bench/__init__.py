@@ -14,4 +14,5 @@ BENCHMARKS = {
     "stalls": "voicewire_tools.bench.stalls",
     "transport": "voicewire_tools.bench.transport",
     "engine": "voicewire_tools.bench.engine",
+    "capacity": "voicewire_tools.bench.capacity",
 }
