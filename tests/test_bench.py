@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from voicewire.seed_chunker import SeedSentenceChunker
@@ -158,6 +159,9 @@ def test_engine_bench_compares_the_streamed_vocoder_with_the_whole_decode(onnx_e
         # The same speech: far above what two different sentences score.
         assert check["correlation"] > 0.95
         assert check["seam"] >= 0 and 0 <= check["seam_rank"] <= 1 and check["stall_ms"] >= 0
+    recognized = figures["recognizer"]
+    assert recognized["words"] == sum(len(t.split()) for t in TEXTS.values()) * len(voices)
+    assert set(recognized["errors"]) == {"whole", "streamed", "whole_with_noise"}
 
 
 def test_seam_prominence_finds_a_click_at_the_seam():
@@ -240,3 +244,64 @@ def test_capacity_report_prices_a_spoken_minute_and_draws_its_picture(tmp_path: 
     picture = tmp_path / "capacity.png"
     plot(report, str(picture))
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_chunker_bench_times_the_chunker_on_a_markdown_answer():
+    from voicewire_tools.bench import chunker
+
+    figures = chunker.measure(2)
+    assert figures["sentences_per_pass"] >= 10
+    assert figures["characters_per_second"] > 0
+    assert 0 < figures["sentence_delay_median_us"] <= figures["sentence_delay_p99_us"]
+
+
+async def test_posts_bench_counts_a_turns_posts_by_kind(stack):
+    from voicewire_tools.bench import posts
+
+    live, sentence = await posts.measure_all(stack, "0", 1)
+    assert (live["text_deltas"], sentence["text_deltas"]) == ("live", "sentence")
+    assert live["audio"] > 10 and live["audio"] == sentence["audio"]
+    # Live deltas are coalesced in time; per-sentence ones wait for each sentence.
+    assert live["text_delta"] >= sentence["text_delta"] > 0 and sentence["sentence"] > 0
+    assert stack.gateway.post_faults.latency_seconds == 0.0
+
+
+async def test_session_bench_compares_a_kept_session_with_a_new_one(stack):
+    from voicewire_tools.bench import session
+
+    try:
+        turns = await session.warm_against_cold(stack, 1)
+    finally:
+        stack.keep_speech_sessions(True)
+    assert set(turns) == {"speak warm", "speak new", "ask warm", "ask new"}
+    assert all(row["median"] > 0 for row in turns.values())
+
+
+async def test_speech_bench_times_one_message_to_first_byte_audible_and_total(speech_server):
+    from websockets.asyncio.client import connect
+
+    from voicewire_tools.bench import speech
+
+    async with connect(speech_server.ws_url, max_size=None) as ws:
+        trial = await speech.one_trial(ws, speech.FIRST_SENTENCE, True)
+    assert 0 < trial.ttfb_ms <= trial.audible_ms <= trial.total_ms
+    assert trial.audio_seconds > 1
+    assert trial.stall_ms >= 0
+
+
+def test_word_errors_count_substitutions_insertions_and_deletions():
+    from voicewire_tools.bench.recognizer import word_errors
+
+    assert word_errors("Your parcel arrives on Thursday.", "your parcel arrives on thursday") == 0
+    assert word_errors("your parcel arrives", "your parcel of rides") == 2
+    assert word_errors("a b c", "") == 3
+
+
+def test_the_recognizer_hears_kokoro_offline(onnx_engine):
+    from voicewire_tools.bench.recognizer import transcribe, word_errors
+
+    text = "We fixed the billing error, and the refund reaches your card tomorrow."
+    heard = transcribe(onnx_engine.synthesize(text, "af_heart", 1.0), onnx_engine.sample_rate)
+    assert word_errors(text, heard) <= 6  # a weak recognizer, but it hears most of it
+    silence = transcribe(np.zeros(24000, np.float32), 24000)
+    assert word_errors(text, silence) >= 10

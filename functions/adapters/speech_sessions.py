@@ -2,7 +2,7 @@
 
 A new bidirectional session costs its set-up before the first sentence can go out: on AWS a TLS
 handshake, HTTP/2, SigV4 and SageMaker opening its sidecar's WebSocket to the container; locally
-the same path measures ~55 ms (``bench/speech_session_cost.py``). Two things take it off the
+the same path measures ~55 ms (``voicewire bench session``). Two things take it off the
 critical path:
 
 - the worker asks for its session when the turn starts, while the LLM's first tokens are still

@@ -15,4 +15,8 @@ BENCHMARKS = {
     "transport": "voicewire_tools.bench.transport",
     "engine": "voicewire_tools.bench.engine",
     "capacity": "voicewire_tools.bench.capacity",
+    "speech": "voicewire_tools.bench.speech",
+    "session": "voicewire_tools.bench.session",
+    "posts": "voicewire_tools.bench.posts",
+    "chunker": "voicewire_tools.bench.chunker",
 }

@@ -214,7 +214,7 @@ def paper_model(inputs: MeasuredInputs, assumptions: Assumptions) -> dict[str, A
     # The worker Lambda holds a turn until its last frame is posted: the LLM's text, then the
     # last chunk's synthesis and posts (0.5 s on a GPU, generously).
     worker_s = last_text + 0.5
-    # The relay's posts (bench/posts_per_turn.py counted 220 audio, 42 text and 8 sentence posts
+    # The relay's posts (voicewire bench posts counted 220 audio, 42 text and 8 sentence posts
     # on the default answer): an audio frame per 0.2 s, a text_delta per 0.1 s of the LLM's
     # text, a sentence frame per chunk request, turn_start and turn_end.
     requests_per_turn = statistics.mean(

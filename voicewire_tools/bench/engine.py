@@ -25,7 +25,10 @@ over it, over the farthest frame of the quarter second on either side: the seam 
 the frames around it above 1 (a 2 ms click scores over 3). Its *rank* says the same against the
 chunk's other places (the same figure every 4 frames): the share of them less prominent than
 the seam (the two windows' renderings differ a little everywhere). The playback
-passes if the second window is decoded before the first has played (no stall).
+passes if the second window is decoded before the first has played (no stall). Last, an open
+recognizer (``bench.recognizer``) counts its word errors on the whole decode and on the streamed
+audio: the streamed audio may not cost more words than the recognizer's own jitter (its errors
+on the whole decode with -60 dB of noise added, at least 2).
 
 ``--profile`` then runs the 5-word text through the fast graph under onnxruntime's profiler and
 prints where the time goes: by part of the model (text side, the decoder's generator...) and by
@@ -213,8 +216,40 @@ def streamed(
                 f"{check['seam_rank']:.2f}), stall "
                 f"{check['stall_ms']:.0f} ms {'ok' if ok else 'FAILED'}"
             )
+    recognized = recognizer_check(engine, voices)
+    figures["recognizer"] = recognized
+    passed &= recognized["check"]
     print("streamed check:", "passed" if passed else "FAILED")
     return figures, passed
+
+
+def recognizer_check(engine: KokoroOnnxEngine, voices: tuple[str, ...]) -> dict[str, Any]:
+    """Word errors of an open recognizer on the whole decode, the streamed audio, and the whole
+    decode with -60 dB noise (the recognizer's own jitter), over every text and voice."""
+    from voicewire_tools.bench.recognizer import transcribe, word_errors, words
+
+    rng = np.random.default_rng(60)
+    errors = {"whole": 0, "streamed": 0, "whole_with_noise": 0}
+    total = 0
+    for text in TEXTS.values():
+        for voice in voices:
+            whole = engine.synthesize(text, voice, 1.0)
+            audio = {
+                "whole": whole,
+                "streamed": np.concatenate(list(engine.synthesize_stream(text, voice, 1.0))),
+                "whole_with_noise": whole + rng.normal(0, 0.001, len(whole)).astype(np.float32),
+            }
+            total += len(words(text))
+            for name, samples in audio.items():
+                errors[name] += word_errors(text, transcribe(samples, engine.sample_rate))
+    jitter = abs(errors["whole_with_noise"] - errors["whole"])
+    check = errors["streamed"] <= errors["whole"] + max(2, jitter)
+    print(
+        f"recognizer (PocketSphinx, its model from PyPI), word errors over {total} words: whole "
+        f"{errors['whole']}, streamed {errors['streamed']}, whole + -60 dB noise "
+        f"{errors['whole_with_noise']} {'ok' if check else 'MORE ERRORS THAN THE JITTER'}"
+    )
+    return {"words": total, "errors": errors, "check": check}
 
 
 def prominence(distances: np.ndarray, sample: int, sample_rate: int) -> float:

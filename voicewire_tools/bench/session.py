@@ -1,9 +1,10 @@
-"""What a speech session costs per turn, and what keeping it warm gains.
+"""``voicewire bench session``: what a speech session costs, and what keeping it warm gains.
 
-    uv run python bench/speech_session_cost.py [--trials 10] [--sessions 10] [--json out.json]
+    uv run voicewire bench session [--trials 10] [--sessions 10] [--json PATH]
 
-Starts the local stack on free ports (speech link ``sagemaker``: the SDK's CRT client through
-the local SageMaker runtime and its sidecar, the deployed code path) and measures:
+Starts the local stack on free ports (it needs its own: it turns the kept sessions on and off;
+speech link ``sagemaker``: the SDK's CRT client through the local SageMaker runtime and its
+sidecar, the deployed code path) and measures:
 
 1. **The link alone** (``voicewire_tools.local_stack.link_cost``), for the ``sagemaker`` and
    the direct ``websocket`` link, ``--sessions`` sessions each, interleaved: opening a session, one
@@ -21,33 +22,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import statistics
-import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run from a checkout without installing
-
-from voicewire.turn_client import run_turn  # noqa: E402
-from voicewire_tools.local_stack.link_cost import measure_links, summarize  # noqa: E402
-from voicewire_tools.local_stack.stack import LocalStack, StackOptions  # noqa: E402
+from voicewire.turn_client import run_turn
+from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.report import write_json
+from voicewire_tools.bench.ttfa import speech_info, target
+from voicewire_tools.local_stack.link_cost import measure_links, summarize
+from voicewire_tools.local_stack.stack import LocalStack
 
 SPEAK = {"action": "speak", "text": "Hello there, how can I help?"}
 ASK = {"action": "ask", "prompt": "Why does streaming make voice agents feel faster?"}
-
-
-def machine() -> dict[str, Any]:
-    cpu = "unknown"
-    with open("/proc/cpuinfo") as info:
-        for line in info:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
 
 
 async def turn_first_audio(stack: LocalStack, message: dict[str, Any]) -> float:
@@ -74,26 +60,31 @@ async def warm_against_cold(stack: LocalStack, trials: int) -> dict[str, dict[st
     return {name: summarize(values) for name, values in figures.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=10)
-    parser.add_argument("--json", help="also write the figures to this file")
-    args = parser.parse_args()
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-    options = StackOptions(port=0, speech_port=0, runtime_port=0)
-    with LocalStack(options, progress=lambda line: print(line, flush=True)) as stack:
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.url:
+        raise ValueError(
+            "session turns the kept speech sessions on and off: it needs its own stack"
+        )
+    with target(args) as (_, stack):
+        machine = describe_machine(speech_info(stack))
+        print(machine_line(machine), flush=True)
         print(f"\n1. the link alone: {args.sessions} sessions per link", flush=True)
         costs = measure_links(stack, ("sagemaker", "websocket"), sessions=args.sessions)
         print(f"\n2. whole turns, warm session against a new one: {args.trials} pairs", flush=True)
-        turns = asyncio.run(warm_against_cold(stack, args.trials))
+        try:
+            turns = asyncio.run(warm_against_cold(stack, args.trials))
+        finally:
+            stack.keep_speech_sessions(True)
     report = {
-        "machine": machine(),
+        "machine": machine,
         "link": {cost.link: cost.summary() for cost in costs},
         "turns": turns,
     }
-    print(f"\n{report['machine']['cpu']}, {report['machine']['cores']} cores")
     print("\nthe link alone (ms)            median      min      max")
     for cost in costs:
         for name, row in cost.summary().items():
@@ -105,14 +96,10 @@ def main() -> None:
     for kind in ("speak", "ask"):
         gain = turns[f"{kind} new"]["median"] - turns[f"{kind} warm"]["median"]
         print(f"  warm session gain, {kind}: {gain:.0f} ms (median against median)")
-    print(
-        "  (medians of different turns: the engine's own time varies by about "
-        f"{statistics.pstdev(turns['speak new']['values']):.0f} ms from turn to turn)"
-    )
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-        print(f"figures written to {args.json}")
-
-
-if __name__ == "__main__":
-    main()
+    if len(turns["speak new"]["values"]) > 1:
+        print(
+            "  (medians of different turns: the engine's own time varies by about "
+            f"{statistics.pstdev(turns['speak new']['values']):.0f} ms from turn to turn)"
+        )
+    write_json(report, args.json)
+    return report

@@ -1,6 +1,6 @@
-"""How fast the streaming chunker is, and what delay it adds per sentence.
+"""``voicewire bench chunker``: how fast the streaming chunker is, and what delay it adds.
 
-    uv run python bench/chunker_throughput.py [--repeat 20]
+    uv run voicewire bench chunker [--repeat 20] [--json PATH]
 
 Feeds a markdown-heavy answer token by token (3-character fragments, as an LLM streams) through
 ``IncrementalSentenceChunker`` and prints:
@@ -16,8 +16,11 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from typing import Any
 
 from voicewire.chunker import IncrementalSentenceChunker
+from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.report import write_json
 
 ANSWER = """## What changed
 
@@ -35,7 +38,7 @@ The rest follows in the appendix... which nobody reads. "That's fine," she said.
 """
 
 
-def run(repeat: int) -> None:
+def measure(repeat: int) -> dict[str, Any]:
     text = ANSWER * 4
     fragments = [text[i : i + 3] for i in range(0, len(text), 3)]
     completing: list[float] = []
@@ -63,14 +66,26 @@ def run(repeat: int) -> None:
         f"delay added per sentence (feed call that completes it): "
         f"median {statistics.median(completing) * 1e6:.1f} us, p99 {p99 * 1e6:.1f} us"
     )
-    print(f"mean cost per fragment: {total_seconds / (len(fragments) * repeat) * 1e6:.2f} us")
+    per_fragment = total_seconds / (len(fragments) * repeat)
+    print(f"mean cost per fragment: {per_fragment * 1e6:.2f} us")
+    return {
+        "characters": len(text),
+        "fragments": len(fragments),
+        "sentences_per_pass": sentences // repeat,
+        "characters_per_second": characters / total_seconds,
+        "sentence_delay_median_us": statistics.median(completing) * 1e6,
+        "sentence_delay_p99_us": p99 * 1e6,
+        "fragment_cost_us": per_fragment * 1e6,
+    }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=20)
-    run(parser.parse_args().repeat)
 
 
-if __name__ == "__main__":
-    main()
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    machine = describe_machine()
+    print(machine_line(machine))
+    data = {"machine": machine, **measure(args.repeat)}
+    write_json(data, args.json)
+    return data

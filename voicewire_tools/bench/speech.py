@@ -1,11 +1,11 @@
-"""Time to first audio of the speech server: the seed's measurement, and ours.
+"""``voicewire bench speech``: the speech server's first audio, the seed's measurement and ours.
 
-    uv run python bench/speech_ttfa.py [--trials 5] [--url ws://...] [--json out.json]
+    uv run voicewire bench speech [--trials 5] [--speech-url ws://...] [--json PATH]
 
-Without ``--url`` it starts ``voicewire serve-speech`` (CPU engine) on a free port and measures
-against that one running server. Over one WebSocket session per case it sends the seed's case, a
-267-character four-sentence text, whole and as its first sentence only, with the first-chunk cut
-(``fast_start``) on and off, ``--trials`` times each, and prints medians of:
+Without ``--speech-url`` it starts ``voicewire serve-speech`` (CPU engine) on a free port and
+measures against that one running server. Over one WebSocket session per case it sends the
+seed's case, a 267-character four-sentence text, whole and as its first sentence only, with the
+first-chunk cut (``fast_start``) on and off, ``--trials`` times each, and prints medians of:
 
 - ``ttfb``: send -> first binary audio frame (what the seed measured);
 - ``audible``: send -> first sample above the silence threshold, i.e. ``ttfb`` plus any silence
@@ -34,10 +34,14 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import httpx
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
+
+from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.report import write_json
 
 SEED_TEXT = (
     "Voice agents feel slow when they wait for the whole answer before speaking. "
@@ -180,21 +184,22 @@ def local_server() -> Iterator[str]:
         process.wait(30)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--url", help="a running speech server's WebSocket URL")
-    parser.add_argument("--json", help="also write every trial and the figures here")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--speech-url", help="a running speech server's WebSocket URL (default: start one)"
+    )
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"seed text: {len(SEED_TEXT)} characters, 4 sentences; first: {len(FIRST_SENTENCE)}")
-    with contextlib.nullcontext(args.url) if args.url else local_server() as url:
+    with contextlib.nullcontext(args.speech_url) if args.speech_url else local_server() as url:
+        info = httpx.get(url.replace("ws", "http", 1).split("/invocations")[0] + "/ping").json()
+        machine = describe_machine(info)
+        print(machine_line(machine), flush=True)
         results = asyncio.run(run_cases(url, args.trials))
     figures = report(results)
-    if args.json:
-        with open(args.json, "w") as out:
-            trials = {name: [asdict(t) for t in ts] for name, ts in results.items()}
-            json.dump({"trials": trials, "figures": figures}, out, indent=2)
-
-
-if __name__ == "__main__":
-    main()
+    trials = {name: [asdict(t) for t in ts] for name, ts in results.items()}
+    data = {"machine": machine, "trials": trials, "figures": figures}
+    write_json(data, args.json)
+    return data

@@ -1,9 +1,10 @@
-"""What a turn posts to ``@connections``, and what slow posts cost its first audio.
+"""``voicewire bench posts``: what a turn posts to ``@connections``, and what slow posts cost.
 
-    uv run python bench/posts_per_turn.py [--trials 3] [--latency-ms 0,30] [--json out.json]
+    uv run voicewire bench posts [--trials 3] [--latency-ms 0,30] [--json PATH]
 
-Starts the local stack on free ports and runs ``ask`` bidi turns over the client link (the
-default recording: ~250 model deltas over 4.6 s), with every ``@connections`` post given the
+Starts the local stack on free ports (it needs its own: it slows the gateway's posts) and runs
+``ask`` bidi turns over the client link (the default recording: ~250 model deltas over 4.6 s),
+with every ``@connections`` post given the
 latency a signed HTTPS round trip has on AWS (tens of ms). It prints, per latency and per
 ``text_deltas`` setting, the posts per turn by kind (text_delta, sentence, audio, other) and the
 first audio as the turn reports it. Before the relay's text lane, every delta was its own post,
@@ -16,18 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import statistics
-import sys
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run from a checkout without installing
-
-from voicewire.turn_client import run_turn  # noqa: E402
-from voicewire_tools.local_stack.stack import LocalStack, StackOptions  # noqa: E402
+from voicewire.turn_client import run_turn
+from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.report import write_json
+from voicewire_tools.bench.ttfa import speech_info, target
+from voicewire_tools.local_stack.stack import LocalStack
 
 PROMPT = "Tell me a story"
 
@@ -47,21 +44,30 @@ async def measure(stack: LocalStack, latency_ms: float, text_deltas: str, trials
     return {key: statistics.median(row.get(key, 0) for row in rows) for key in keys}
 
 
-async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--latency-ms", default="0,30")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
-    os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
-    os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-    options = StackOptions(port=0, speech_port=0, runtime_port=0)
+    parser.add_argument("--latency-ms", default="0,30", help="post latencies, comma-separated")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.url:
+        raise ValueError("posts slows the gateway's posts: it needs its own stack")
+    with target(args) as (_, stack):
+        machine = describe_machine(speech_info(stack))
+        print(machine_line(machine), flush=True)
+        rows = asyncio.run(measure_all(stack, args.latency_ms, args.trials))
+    data = {"machine": machine, "trials": args.trials, "rows": rows}
+    write_json(data, args.json)
+    return data
+
+
+async def measure_all(stack: LocalStack, latencies: str, trials: int) -> list[dict[str, Any]]:
     report: list[dict[str, Any]] = []
-    with LocalStack(options, progress=lambda line: print(line, file=sys.stderr)) as stack:
-        await run_turn(stack.ws_url, {"action": "speak", "text": "Warm up."})
-        for latency in (float(value) for value in args.latency_ms.split(",")):
+    await run_turn(stack.ws_url, {"action": "speak", "text": "Warm up."})
+    try:
+        for latency in (float(value) for value in latencies.split(",")):
             for text_deltas in ("live", "sentence"):
-                figures = await measure(stack, latency, text_deltas, args.trials)
+                figures = await measure(stack, latency, text_deltas, trials)
                 report.append({"latency_ms": latency, "text_deltas": text_deltas, **figures})
                 print(
                     f"posts {latency:>4.0f} ms, text_deltas={text_deltas:<8}: "
@@ -72,9 +78,6 @@ async def main() -> None:
                     f"first audio {figures['first_audio_ms']:>6.0f} ms",
                     flush=True,
                 )
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2))
-
-
-if __name__ == "__main__":
-    asyncio.run(main())
+    finally:
+        stack.gateway.post_faults.latency_seconds = 0.0
+    return report
