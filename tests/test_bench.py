@@ -64,6 +64,13 @@ def test_the_bench_command_knows_its_benchmarks():
         build_parser().parse_args(["bench", "nothing"])
 
 
+def test_a_benchmark_without_turns_refuses_a_stack_url(capsys):
+    from voicewire_tools.cli import main
+
+    with pytest.raises(SystemExit, match="--url names a stack to run turns on"):
+        main(["bench", "chunker", "--url", "wss://example.invalid/"])
+
+
 def test_playback_gaps_are_the_silences_after_the_first_audio():
     from voicewire.turn_client import TimedEvent, TurnResult
     from voicewire_tools.bench.stalls import playback_gaps

@@ -187,6 +187,11 @@ def run_benchmark(args: argparse.Namespace) -> None:
     from voicewire_tools.bench import BENCHMARKS
 
     module = importlib.import_module(BENCHMARKS[args.benchmark])
+    if args.url and not getattr(module, "RUNS_TURNS", True):
+        sys.exit(
+            f"voicewire bench {args.benchmark}: --url names a stack to run turns on; this "
+            "benchmark runs none"
+        )
     try:
         module.run(args)
     except (RuntimeError, ValueError, OSError) as error:

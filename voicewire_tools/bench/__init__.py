@@ -2,7 +2,8 @@
 
 Benchmarks are not tests: they print tables, write JSON (``--json``) and pictures (``--plot``),
 and can take minutes. Each module here is one benchmark with ``add_arguments(parser)`` and
-``run(args)``; a short smoke run of each is in the test suite.
+``run(args)``, and ``RUNS_TURNS = False`` when it runs no turns on a stack (``--url`` is then
+refused); a short smoke run of each is in the test suite.
 """
 
 from __future__ import annotations

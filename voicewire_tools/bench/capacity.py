@@ -457,6 +457,9 @@ SATURATED_PLOT_S = 60.0  # where the picture draws a p95 that grows without boun
 INSTANCE_COUNTS = (1, 2, 4, 8)
 
 
+RUNS_TURNS = False  # no stack: --url does not apply
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hours", type=float, default=1.0, help="simulated time per scenario")
     parser.add_argument("--routing", choices=["random", "least"], default="random")
@@ -491,6 +494,7 @@ def capacity_report(
     loads = [float(x) for x in str(args.loads).split(",") if x]
     sweep = []
     for instances in INSTANCE_COUNTS:
+        print(f"simulating {instances} instance(s) at {len(loads)} loads...", flush=True)
         for load in loads:
             result = simulate(
                 inputs, assumptions, Scenario(load, instances, args.hours), args.routing
@@ -506,6 +510,7 @@ def capacity_report(
         ("stack_target", Scenario(ramp, 1, 2.0).target_requests_per_minute),
         ("sized_target", paper["sized_target_requests_per_minute"]),
     ):
+        print(f"simulating the autoscaled ramp ({name})...", flush=True)
         scenario = Scenario(
             ramp, 1, max(args.hours, 2.0), autoscale=True, target_requests_per_minute=target
         )

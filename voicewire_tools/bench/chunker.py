@@ -79,6 +79,9 @@ def measure(repeat: int) -> dict[str, Any]:
     }
 
 
+RUNS_TURNS = False  # no stack: --url does not apply
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, default=20)
 

@@ -90,6 +90,9 @@ def log_spectrum_distance(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return rms, float(np.corrcoef(first.ravel(), second.ravel())[0, 1])
 
 
+RUNS_TURNS = False  # no stack: --url does not apply
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", choices=["rewrite", "streamed", "all"], default="all")
     parser.add_argument("--rounds", type=int, default=6)

@@ -184,6 +184,9 @@ def local_server() -> Iterator[str]:
         process.wait(30)
 
 
+RUNS_TURNS = False  # no stack: --url does not apply
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument(

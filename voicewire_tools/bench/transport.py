@@ -69,6 +69,9 @@ TEXTS = [
 CUT_MIN, CUT_MAX = 256, 4096
 
 
+RUNS_TURNS = False  # no stack: --url does not apply
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--texts", type=int, default=len(TEXTS), help="how many of the 24")
     parser.add_argument("--seed", type=int, default=7, help="the random delivery cuts' seed")
