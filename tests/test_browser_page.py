@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import shutil
 
-import pytest
+from required_tools import needs
 
 CHROMIUM = shutil.which("chromium")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed")
+pytestmark = needs("chromium")
 
 
 async def test_the_page_asks_and_schedules_the_answers_audio(stack):

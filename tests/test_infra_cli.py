@@ -4,13 +4,13 @@ and the token secret's life, over moto's SSM and STS."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import boto3
 import pytest
+from required_tools import needs
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER, verify_token
 from voicewire_tools.commands import agent_infra, speech_infra
@@ -76,7 +76,7 @@ def test_missing_node_is_one_line_with_the_fix(tmp_path):
     assert line.startswith("speech-infra synth: Node.js is not installed") and "install" in line
 
 
-@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js is not installed")
+@needs("node")
 def test_missing_credentials_are_one_line_with_the_fix(tmp_path):
     env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
     env |= {
@@ -123,7 +123,7 @@ def test_the_demo_url_gets_a_token_unless_it_has_one():
     )
 
 
-@pytest.mark.skipif(shutil.which("npx") is None, reason="npx is not installed")
+@needs("npx")
 def test_the_cdk_cli_synthesizes_the_app_without_credentials(tmp_path):
     """The real CDK CLI (npm, pinned), as ``speech-infra synth`` runs it, with no account."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}

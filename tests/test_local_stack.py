@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from required_tools import needs
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -297,10 +297,7 @@ def test_ask_cli_lists_the_stacks_voices_with_the_default_marked(stack):
     assert any("bf_emma" in line and "British English" in line for line in lines)
 
 
-@pytest.mark.skipif(
-    shutil.which("npx") is None or shutil.which("script") is None,
-    reason="needs npx (Node.js) and script (util-linux)",
-)
+@needs("npx", "script")
 def test_wscat_as_an_outside_client(stack):
     """npm's wscat sends a speak action and prints the turn. wscat prints what it receives only
     on a terminal, so it runs under ``script``, which gives it one."""
