@@ -32,12 +32,44 @@ def test_silence_is_audio_even_though_it_is_valid_utf8():
     assert decode_control_frame(bytes(9600)) is None
 
 
-@given(st.binary(min_size=1, max_size=2000))
-def test_random_audio_starting_with_a_brace_is_audio_unless_it_is_a_json_object(tail):
-    frame = b"{" + tail
+def json_object_or_none(frame: bytes) -> dict | None:
+    """The rule, spelled out as its definition: the whole frame, as UTF-8, is a JSON object."""
+    try:
+        decoded = json.loads(frame.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+@given(
+    st.lists(st.integers(-32768, 32767), min_size=100, max_size=2000),
+    st.integers(0, 255),
+)
+def test_pcm_is_audio_even_when_it_starts_with_a_brace(samples, high_byte):
+    # The first sample's low byte is "{" (0x7b): the fast path cannot tell it from JSON.
+    samples[0] = np.int16(np.uint16(0x7B | high_byte << 8).view(np.int16))
+    frame = np.array(samples, dtype="<i2").tobytes()
+    assert frame[:1] == b"{"
+    assert decode_control_frame(frame) is json_object_or_none(frame) is None
+
+
+@given(
+    st.dictionaries(st.text(max_size=10), st.integers() | st.text(max_size=20), max_size=5),
+    st.sampled_from(["", " ", "\n", " \t"]),
+    st.none() | st.integers(0, 200),
+    st.none() | st.binary(min_size=1, max_size=3),
+)
+def test_a_json_object_damaged_anywhere_is_control_only_if_still_a_json_object(
+    payload, leading, cut, inserted
+):
+    frame = (leading + json.dumps(payload)).encode()
+    if cut is not None:  # truncated, or something spliced in, at any point
+        cut = cut % (len(frame) + 1)
+        frame = frame[:cut] + (inserted or b"") + frame[cut + (0 if inserted else 1) :]
     decoded = decode_control_frame(frame)
-    if decoded is not None:  # only if the bytes really are a JSON object
-        assert json.loads(frame.decode("utf-8")) == decoded
+    assert decoded == json_object_or_none(frame)
+    if cut is None:
+        assert decoded == payload  # undamaged: always control
 
 
 @given(st.dictionaries(st.text(max_size=10), st.integers() | st.text(max_size=20), max_size=5))
