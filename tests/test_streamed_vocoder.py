@@ -28,29 +28,11 @@ from speech_server.streamed_vocoder import (
     window_plan,
 )
 from speech_server.synthesis import EDGE_PAD_SECONDS, StreamedTrim, Synthesizer, trim_silence
+from voicewire_tools.bench.audio_similarity import heard_span, log_mel_correlation
 
 FIVE_WORDS = "Your parcel arrives on Thursday."
 CPU_SECONDS_PER_FRAME = 0.003  # a 2-core CPU's vocoder
 GPU_SECONDS_PER_FRAME = 0.0001
-
-
-def log_mel_correlation(first: np.ndarray, second: np.ndarray) -> float:
-    """Correlation of 80-band log-mel spectrograms (1024-sample frames, hop 256, to 12 kHz)."""
-    n = min(len(first), len(second))
-    edges = 700 * (10 ** (np.linspace(0, 2595 * np.log10(1 + 12000 / 700), 82) / 2595) - 1)
-    bins = np.fft.rfftfreq(1024, 1 / 24000)
-    bank = np.array(
-        [
-            np.clip(np.minimum((bins - lo) / (mid - lo), (hi - bins) / (hi - mid)), 0, None)
-            for lo, mid, hi in zip(edges, edges[1:], edges[2:], strict=False)
-        ]
-    )
-
-    def log_mel(audio: np.ndarray) -> np.ndarray:
-        frames = np.lib.stride_tricks.sliding_window_view(audio[:n], 1024)[::256] * np.hanning(1024)
-        return np.log(np.abs(np.fft.rfft(frames)) ** 2 @ bank.T + 1e-6)
-
-    return float(np.corrcoef(log_mel(first).ravel(), log_mel(second).ravel())[0, 1])
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +79,7 @@ def test_the_windows_are_the_whole_decode_with_one_seam(onnx_engine, seconds_per
     assert len(pieces) == 2
     streamed = np.concatenate(pieces)
     assert streamed.shape == reference.shape
-    # What a listener hears (the synthesis layer trims the silence at both ends).
-    loud = np.flatnonzero(np.abs(reference) > 0.01)
-    heard = slice(loud[0], loud[-1])
+    heard = heard_span(reference)  # what a listener hears: the synthesis layer trims the rest
     assert log_mel_correlation(streamed[heard], reference[heard]) > 0.97
     # The faster the vocoder, the shorter the first window.
     if seconds_per_frame == GPU_SECONDS_PER_FRAME:

@@ -37,12 +37,14 @@ import json
 import math
 import random
 import statistics
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import simpy
 
+from functions.turn import cut_early
 from speech_server.chunk_plan import pause_after, plan_chunks
 from voicewire.chunker import IncrementalSentenceChunker
 from voicewire_tools.bench.machine import describe_machine, machine_line
@@ -54,7 +56,6 @@ ANSWERS = ("default", "four_sentences")
 # synthesis call) and of its first sentence alone.
 SEED_GPU_WHOLE_MS = 329.3
 SEED_GPU_FIRST_SENTENCE_MS = 156.7
-LONG_SENTENCE_WORDS = 24  # functions/turn.py's cut_early
 
 
 @dataclass(frozen=True)
@@ -128,14 +129,10 @@ def turn_requests(answer: str) -> list[tuple[float, str, bool]]:
     deltas = recorded_deltas(answer)
     for at, text in deltas:
         for sentence in chunker.feed(text):
-            requests.append((at, sentence, _cut_early(sentence, len(requests))))
+            requests.append((at, sentence, cut_early(sentence, len(requests))))
     for sentence in chunker.finish():
-        requests.append((deltas[-1][0], sentence, _cut_early(sentence, len(requests))))
+        requests.append((deltas[-1][0], sentence, cut_early(sentence, len(requests))))
     return requests
-
-
-def _cut_early(sentence: str, index: int) -> bool:
-    return index == 0 or len(sentence.split()) > LONG_SENTENCE_WORDS
 
 
 @dataclass
@@ -150,8 +147,6 @@ class MeasuredInputs:
 
 def measure_inputs(engine: Any) -> MeasuredInputs:
     """Each answer's chunks with their audio length, and the engines' real-time factors."""
-    import time
-
     from speech_server.synthesis import trim_silence
 
     voice = engine.default_voice

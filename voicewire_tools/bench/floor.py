@@ -24,9 +24,9 @@ from typing import Any
 
 from voicewire.speech_link import AudioChunk, open_speech_session
 from voicewire.turn_client import run_turn
-from voicewire_tools.bench.machine import describe_machine, machine_line
+from voicewire_tools.bench.machine import machine_line
 from voicewire_tools.bench.report import write_json
-from voicewire_tools.bench.ttfa import ANSWERS, speech_info, target
+from voicewire_tools.bench.ttfa import ANSWERS, own_stack
 
 ANSWER = "four_sentences"
 TARGET = 1.15
@@ -107,11 +107,7 @@ def print_report(data: dict[str, Any]) -> bool:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.url:
-        raise ValueError("floor measures the engine beside the turn: it needs its own stack")
-    with target(args) as (url, stack):
-        machine = describe_machine(speech_info(stack))
-        print(machine_line(machine), flush=True)
+    with own_stack(args, "measures the engine beside the turn") as (url, stack, machine):
         rows = asyncio.run(measure(url, stack.speech_url, args.trials))
     data = report(rows, machine)
     data["target_met"] = print_report(data)

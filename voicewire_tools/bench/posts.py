@@ -21,9 +21,8 @@ import statistics
 from typing import Any
 
 from voicewire.turn_client import run_turn
-from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import write_json
-from voicewire_tools.bench.ttfa import speech_info, target
+from voicewire_tools.bench.ttfa import own_stack
 from voicewire_tools.local_stack.stack import LocalStack
 
 PROMPT = "Tell me a story"
@@ -50,11 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.url:
-        raise ValueError("posts slows the gateway's posts: it needs its own stack")
-    with target(args) as (_, stack):
-        machine = describe_machine(speech_info(stack))
-        print(machine_line(machine), flush=True)
+    with own_stack(args, "slows the gateway's posts") as (_, stack, machine):
         rows = asyncio.run(measure_all(stack, args.latency_ms, args.trials))
     data = {"machine": machine, "trials": args.trials, "rows": rows}
     write_json(data, args.json)

@@ -26,9 +26,8 @@ import statistics
 from typing import Any
 
 from voicewire.turn_client import run_turn
-from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import write_json
-from voicewire_tools.bench.ttfa import speech_info, target
+from voicewire_tools.bench.ttfa import own_stack
 from voicewire_tools.local_stack.link_cost import measure_links, summarize
 from voicewire_tools.local_stack.stack import LocalStack
 
@@ -66,13 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    if args.url:
-        raise ValueError(
-            "session turns the kept speech sessions on and off: it needs its own stack"
-        )
-    with target(args) as (_, stack):
-        machine = describe_machine(speech_info(stack))
-        print(machine_line(machine), flush=True)
+    with own_stack(args, "turns the kept speech sessions on and off") as (_, stack, machine):
         print(f"\n1. the link alone: {args.sessions} sessions per link", flush=True)
         costs = measure_links(stack, ("sagemaker", "websocket"), sessions=args.sessions)
         print(f"\n2. whole turns, warm session against a new one: {args.trials} pairs", flush=True)

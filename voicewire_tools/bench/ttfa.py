@@ -159,6 +159,18 @@ def target(args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
         yield found
 
 
+@contextlib.contextmanager
+def own_stack(args: argparse.Namespace, why: str) -> Iterator[tuple[str, Any, dict[str, Any]]]:
+    """For a benchmark that changes its stack while it runs (``why``): ``--url`` refused, the
+    stack started, its machine line printed; yields the URL, the stack and the machine."""
+    if args.url:
+        raise ValueError(f"{args.benchmark} {why}: it needs its own stack")
+    with target(args) as (url, stack):
+        machine = describe_machine(speech_info(stack))
+        print(machine_line(machine), flush=True)
+        yield url, stack, machine
+
+
 def speech_info(stack: Any) -> dict[str, Any] | None:
     import httpx
 
