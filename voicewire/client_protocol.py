@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
 
 from voicewire.error_codes import ErrorCode, ProtocolError
-from voicewire.field_rules import known_voice, speakable, speed_in_range, validate_or_raise
+from voicewire.field_rules import known_voice, shown, speakable, speed_in_range, validate_or_raise
 from voicewire.speech_protocol import (
     AUDIO_ENCODING,
     CHANNELS,
@@ -102,8 +102,8 @@ class AskAction(_SpeechOptions):
         if value not in ("live", "sentence"):
             raise PydanticCustomError(
                 ErrorCode.INVALID_FIELD.value,
-                "text_deltas '{value}' is not 'live' or 'sentence'",
-                {"value": value},
+                "text_deltas {value} is not 'live' or 'sentence'",
+                {"value": shown(value)},
             )
         return value  # type: ignore[return-value]
 
@@ -120,8 +120,8 @@ class AskAction(_SpeechOptions):
         if mode not in ("bidi", "batch"):
             raise PydanticCustomError(
                 ErrorCode.INVALID_MODE.value,
-                "mode '{mode}' is not 'bidi' or 'batch'",
-                {"mode": mode},
+                "mode {mode} is not 'bidi' or 'batch'",
+                {"mode": shown(mode)},
             )
         return mode  # type: ignore[return-value]
 
@@ -181,7 +181,7 @@ def parse_action(body: str | None, voices: frozenset[str] | None = None) -> Clie
     if model is None:
         raise ProtocolError(
             ErrorCode.UNKNOWN_ACTION,
-            f"unknown action {action!r}; expected 'ask', 'speak', 'cancel' or 'voices'",
+            f"unknown action {shown(action)}; expected 'ask', 'speak', 'cancel' or 'voices'",
             turn_id,
         )
     missing = {"prompt": ErrorCode.MISSING_PROMPT, "text": ErrorCode.MISSING_TEXT}

@@ -23,6 +23,6 @@ def decode_control_frame(chunk: bytes) -> dict[str, Any] | None:
         return None  # fast path: a JSON object starts with "{" (or whitespace before it)
     try:
         decoded = json.loads(chunk.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, a huge number, too deep
         return None
     return decoded if isinstance(decoded, dict) else None

@@ -7,6 +7,7 @@ the first error of a failed validation into a ``ProtocolError`` with that code, 
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from pydantic import BaseModel, ValidationError, ValidationInfo
@@ -18,8 +19,34 @@ MIN_SPEED = 0.5  # Kokoro's own range: the model distorts outside it
 MAX_SPEED = 2.0
 
 
+# What a voice cannot say and a person cannot see: control characters (a NUL ends espeak-ng's
+# input, and every word after it would be lost), format characters (zero-width spaces, bidi
+# overrides, a byte-order mark), private-use and unassigned code points. They are removed before
+# synthesis; the zero-width (non-)joiners stay, since Indic and Persian spelling needs them.
+_INVISIBLE_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn"})
+_KEPT_INVISIBLE = frozenset("\t\n\r\u200c\u200d")
+_JOINERS = str.maketrans("", "", "\u200c\u200d")
+
+
+def visible_text(text: str) -> str:
+    """``text`` without the characters no voice can say (a control character becomes a space,
+    so the words on either side stay apart)."""
+    if text.isprintable():  # the common case: nothing to remove, no per-character work
+        return text
+    kept = []
+    for char in text:
+        if char in _KEPT_INVISIBLE or unicodedata.category(char) not in _INVISIBLE_CATEGORIES:
+            kept.append(char)
+        elif unicodedata.category(char) == "Cc":
+            kept.append(" ")
+    return "".join(kept)
+
+
 def speakable(text: str, limit: int, missing: ErrorCode, too_long: ErrorCode, name: str) -> str:
-    if not text.strip():
+    """The text to speak, without invisible characters; refused when nothing is left to say
+    or when the text as sent is over ``limit`` characters."""
+    visible = visible_text(text)
+    if not visible.translate(_JOINERS).strip():
         raise PydanticCustomError(missing.value, f"{name} is empty or only whitespace")
     if len(text) > limit:
         raise PydanticCustomError(
@@ -27,7 +54,14 @@ def speakable(text: str, limit: int, missing: ErrorCode, too_long: ErrorCode, na
             f"{name} has {{length}} characters; the limit is {{limit}}",
             {"length": len(text), "limit": limit},
         )
-    return text
+    return visible
+
+
+def shown(value: object, limit: int = 40) -> str:
+    """A value a client sent, quoted for an error message and cut short, so that an error
+    frame never carries a megabyte back."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def speed_in_range(speed: float) -> float:
@@ -46,8 +80,8 @@ def known_voice(voice: str | None, info: ValidationInfo) -> str | None:
     if voice is not None and voices is not None and voice not in voices:
         raise PydanticCustomError(
             ErrorCode.UNKNOWN_VOICE.value,
-            "voice '{voice}' is not one of: {voices}",
-            {"voice": voice, "voices": ", ".join(sorted(voices))},
+            "voice {voice} is not one of: {voices}",
+            {"voice": shown(voice), "voices": ", ".join(sorted(voices))},
         )
     return voice
 

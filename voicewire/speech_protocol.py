@@ -33,6 +33,7 @@ from voicewire.error_codes import ErrorCode, ProtocolError
 from voicewire.field_rules import (
     json_kind,
     known_voice,
+    shown,
     speakable,
     speed_in_range,
     validate_or_raise,
@@ -48,6 +49,9 @@ AUDIO_ENCODING = "pcm_s16le"
 MAX_TEXT_CHARS = 4_000
 MAX_REQUEST_ID_CHARS = 128
 MAX_PENDING_REQUESTS = 64  # per session: queued plus running
+# A request of MAX_TEXT_CHARS is at most 16 KB of UTF-8; anything far larger is refused before
+# it is parsed (the client link has API Gateway's own 128 KB limit, the same figure).
+MAX_MESSAGE_BYTES = 128 * 1024
 
 
 # --- client -> server ------------------------------------------------------------------------
@@ -173,25 +177,89 @@ def decode_message_bytes(payload: bytes) -> str:
         ) from None
 
 
+class _NotStrictJson(ValueError):
+    """A message the standard library would accept but JSON (RFC 8259) leaves undefined."""
+
+
+def _refuse_constant(name: str) -> None:
+    raise _NotStrictJson(f"{name} is not a JSON value")
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # A repeated key is ambiguous: API Gateway's route selection and this parser could read
+    # different values from one message, so it is refused rather than resolved.
+    value: dict[str, Any] = {}
+    for key, item in pairs:
+        if key in value:
+            raise _NotStrictJson(f"key {shown(key)} appears twice in one object")
+        value[key] = item
+    return value
+
+
+def _has_lone_surrogate(value: object) -> bool:
+    """Whether a string anywhere in ``value`` (keys included) holds a lone UTF-16 surrogate
+    (a ``\\ud800`` escape), which is not a character and cannot be encoded to send back."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def load_json_object(text: str) -> dict[str, Any]:
-    """Parse a message body that must be a JSON object."""
+    """Parse a message body that must be a JSON object, strictly: no NaN or Infinity, no
+    repeated key, no lone surrogate; nesting too deep or a number too long is ``invalid_json``
+    rather than an exception escaping from the parser."""
     try:
-        value = json.loads(text)
+        value = json.loads(
+            text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicate_keys
+        )
     except json.JSONDecodeError as error:
         raise ProtocolError(
             ErrorCode.INVALID_JSON,
             f"message is not JSON ({error.msg} at line {error.lineno} column {error.colno})",
+        ) from None
+    except _NotStrictJson as error:
+        raise ProtocolError(
+            ErrorCode.INVALID_JSON, f"message is not strict JSON: {error}"
+        ) from None
+    except RecursionError:
+        raise ProtocolError(ErrorCode.INVALID_JSON, "message is nested too deeply") from None
+    except ValueError as error:  # an integer of more than 4,300 digits (CVE-2020-10735 guard)
+        raise ProtocolError(
+            ErrorCode.INVALID_JSON, f"message has a number too long: {error}"
         ) from None
     if not isinstance(value, dict):
         raise ProtocolError(
             ErrorCode.NOT_AN_OBJECT,
             f"message must be a JSON object, not {json_kind(value)}",
         )
+    if _has_lone_surrogate(value):
+        raise ProtocolError(
+            ErrorCode.INVALID_UTF8,
+            "a string in the message holds a lone UTF-16 surrogate escape (such as \\ud800), "
+            "which is not a Unicode character",
+        )
     return value
 
 
 def parse_client_message(raw: str | bytes, voices: frozenset[str] | None = None) -> ClientMessage:
     """Turn one WebSocket frame into a message, or raise ``ProtocolError`` with a stable code."""
+    size = len(raw) if isinstance(raw, bytes) else len(raw.encode("utf-8", "surrogatepass"))
+    if size > MAX_MESSAGE_BYTES:
+        raise ProtocolError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"the message has {size} bytes; the limit is {MAX_MESSAGE_BYTES}",
+        )
     text = decode_message_bytes(raw) if isinstance(raw, bytes) else raw
     body = load_json_object(text)
     kind = body.get("type")
@@ -206,7 +274,8 @@ def parse_client_message(raw: str | bytes, voices: frozenset[str] | None = None)
         return _validate(CloseMessage, body, None, request_id)
     raise ProtocolError(
         ErrorCode.UNKNOWN_TYPE,
-        f"unknown message type {kind!r}; expected a text to speak, 'cancel', 'ping' or 'close'",
+        f"unknown message type {shown(kind)}; "
+        "expected a text to speak, 'cancel', 'ping' or 'close'",
         request_id,
     )
 

@@ -114,7 +114,7 @@ def route_for(body: str) -> str:
     """``$request.body.action`` if it names a route, else ``$default``."""
     try:
         data = json.loads(body)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, a 5,000-digit number, nesting too deep
         return "$default"
     action = data.get("action") if isinstance(data, dict) else None
     return action if isinstance(action, str) and action in ROUTES else "$default"

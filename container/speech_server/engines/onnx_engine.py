@@ -94,11 +94,14 @@ class KokoroOnnxEngine:
 
     def synthesize(self, text: str, voice: str, speed: float) -> NDArray[np.float32]:
         if self.vocoder is None:
-            # trim=False: the synthesis layer trims every engine's output the same way.
             lang = self.lang or describe_voice(voice).espeak
+            if not self.kokoro.tokenizer.phonemize(text, lang).strip():
+                return np.zeros(0, np.float32)  # nothing a voice can say: no audio, no error
+            # trim=False: the synthesis layer trims every engine's output the same way.
             audio, _ = self.kokoro.create(text, voice=voice, speed=speed, lang=lang, trim=False)
             return np.asarray(audio, dtype=np.float32)
-        return np.concatenate(list(self._pieces(text, voice, speed, windowed=False)))
+        pieces = list(self._pieces(text, voice, speed, windowed=False))
+        return np.concatenate(pieces) if pieces else np.zeros(0, np.float32)
 
     def synthesize_stream(
         self, text: str, voice: str, speed: float
@@ -131,8 +134,8 @@ class KokoroOnnxEngine:
         tokenizer = self.kokoro.tokenizer
         phonemes = " ".join(tokenizer.phonemize(text, lang).split())
         batches = split_phonemes(phonemes, MAX_PHONEME_LENGTH)
-        if not batches:
-            raise ValueError(f"Nothing to synthesize, {text!r} produced no phonemes")
+        # No batches: nothing a voice can say (a lone combining accent, symbols espeak-ng
+        # skips). That is no audio, not a failure: the request completes with none.
         pack = self.kokoro.voices[voice]
         for batch in batches:
             tokens = tokenizer.tokenize(batch)
