@@ -9,7 +9,8 @@ Context values (``cdk deploy -c name=value``): ``bedrock_model_id`` (the model t
 Docker build), ``speech_endpoint_name`` (another endpoint for the agent's speech),
 ``model_files`` (the directory of the model's files that SpeechModelCache deploys; default: where
 ``speech-infra`` stages them, ``~/.cache/voicewire/speech-model/<model>-<engine>``; without one,
-the app has no SpeechModelCache stack and the endpoint mounts what the bucket already holds).
+the app has no SpeechModelCache stack and the endpoint mounts what the bucket already holds),
+``allowed_origins`` (comma-separated browser origins that may connect; default: any).
 """
 
 import os
@@ -75,6 +76,9 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
     settings = VoiceApiSettings(
         bedrock_model_id=context("bedrock_model_id") or DEFAULT_MODEL,
         speech_endpoint_name=context("speech_endpoint_name") or endpoint_settings.endpoint_name,
+        allowed_origins=tuple(
+            origin.strip() for origin in str(context("allowed_origins") or "").split(",") if origin
+        ),
     )
     VoiceApi(app, "VoiceApi", settings, env=env)
     return app

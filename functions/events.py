@@ -34,6 +34,7 @@ class AuthorizerEvent(BaseModel):
 
     type: str = "REQUEST"
     method_arn: str = Field(alias="methodArn")
+    headers: dict[str, str] | None = None
     query_string_parameters: dict[str, str] | None = Field(
         default=None, alias="queryStringParameters"
     )

@@ -29,6 +29,19 @@ class Settings:
     # "seed": the seed article's pipeline (its regex sentence splitter, whole sentences, no early
     # first chunk), a baseline for ``voicewire bench ttfa`` on the local stack; never deployed.
     baseline: str = "voicewire"
+    # A stalled speech server: the longest wait for a sentence's next speech event (its start,
+    # first audio, next audio, end) before the turn fails with ``speech_failed``. Above the
+    # slowest legitimate chunk: a 320-character chunk decoded whole took ~20 s on 2 loaded CPU
+    # cores (the local stack); a GPU endpoint takes well under a second.
+    speech_chunk_timeout_seconds: float = 30.0
+    # Per-connection limits (docs/security.md). Browser origins allowed to connect (None: any);
+    # a connection without an Origin header (not a browser) is held by its ticket alone.
+    allowed_origins: frozenset[str] | None = None
+    # Turns a connection may start per clock minute: a person asks a few; a script that floods
+    # ``ask`` would otherwise start an LLM stream and a synthesis per message.
+    max_turns_per_minute: int = 30
+    # Audio one turn may send: ~4,000 characters of ``speak`` text last about 4-5 minutes.
+    max_speech_seconds_per_turn: float = 360.0
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -55,4 +68,24 @@ class Settings:
             max_output_tokens=int(env.get("VOICEWIRE_MAX_OUTPUT_TOKENS", "512")),
             region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
             baseline=env.get("VOICEWIRE_BASELINE", "voicewire"),
+            allowed_origins=parse_origins(env.get("VOICEWIRE_ALLOWED_ORIGINS", "")),
+            max_turns_per_minute=int(env.get("VOICEWIRE_MAX_TURNS_PER_MINUTE", "30")),
+            max_speech_seconds_per_turn=float(
+                env.get("VOICEWIRE_MAX_SPEECH_SECONDS_PER_TURN", "360")
+            ),
+            speech_chunk_timeout_seconds=float(
+                env.get("VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS", "30")
+            ),
         )
+
+
+def parse_origins(value: str) -> frozenset[str] | None:
+    """``https://app.example.com,https://admin.example.com`` as a set of normalized origins;
+    None when empty (any origin)."""
+    origins = frozenset(normalize_origin(part) for part in value.split(",") if part.strip())
+    return origins or None
+
+
+def normalize_origin(origin: str) -> str:
+    """Origins compare case-insensitively and without a trailing slash (RFC 6454)."""
+    return origin.strip().rstrip("/").lower()

@@ -18,7 +18,9 @@ given text.
 
 The speech session is handed over still opening (a future): the worker asks for it when the turn
 starts, so its set-up overlaps the LLM's first tokens; the turn waits for it only at its first
-sentence, and fails at once (``speech_failed``) if it cannot be opened.
+sentence, and fails at once (``speech_failed``) if it cannot be opened, if it fails or closes
+mid-turn, or if a sentence's next speech event does not come within ``speech_timeout`` (a
+stalled server).
 
 Cancellation (the cancel route, a new turn, a disconnect) arrives as ``cancelled`` being set. The
 consumer checks it before every post, so at most the frame being posted leaves after it; then the
@@ -52,6 +54,7 @@ from voicewire.client_protocol import (
 )
 from voicewire.error_codes import ErrorCode
 from voicewire.speech_link import AudioChunk, SpeechSession, SpeechSessionError
+from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
 from voicewire.speech_text import to_speech_text
 from voicewire.voice_catalog import describe_voice
 
@@ -101,6 +104,10 @@ class _Stop(Exception):
     """Raised inside the consumer when the turn is cancelled."""
 
 
+class _SpeechLimit(Exception):
+    """Raised inside the consumer when the turn has sent all the audio it may."""
+
+
 SpeechSource = SpeechSession | asyncio.Future[SpeechSession]
 
 
@@ -125,6 +132,13 @@ class TurnRunner:
     # Why ``cancelled`` was set, when it was not a cancel: the worker's time limit, lost session
     # state. The turn then ends ``failed`` with this error instead of ``cancelled``.
     stop_failure: Callable[[], ClientError | None] = lambda: None
+    # The longest wait for a sentence's next speech event (its start, first audio, next audio,
+    # end) before the speech server counts as stalled and the turn fails (``speech_failed``);
+    # None: no limit but the worker's own. The worker sets it from the settings.
+    speech_timeout: float | None = None
+    # The most audio one turn may send (docs/security.md); past it the turn ends ``failed``
+    # with ``speech_limit_reached``, the audio up to the limit delivered and counted.
+    max_speech_seconds: float | None = None
 
     def __post_init__(self) -> None:
         self._clock = _Clock(self.spec.accepted_at)
@@ -177,6 +191,12 @@ class TurnRunner:
             status = "cancelled"
             if (failure := self.stop_failure()) is not None:
                 status, error = "failed", failure.model_copy()
+        except _SpeechLimit:
+            status = "failed"
+            error = ClientError(
+                code=ErrorCode.SPEECH_LIMIT_REACHED,
+                message=f"the turn reached its limit of {self.max_speech_seconds:g} s of speech",
+            )
         except RelayError as failure:
             logger.warning("delivery failed in turn %s: %s", self.spec.turn_id, failure)
             status = "failed"
@@ -284,6 +304,11 @@ class TurnRunner:
             raise _Stop
         await self._announced()
         if isinstance(event, bytes):
+            allowed = self._audio_allowance()
+            if allowed is not None and len(event) > allowed:
+                if allowed:
+                    await self.relay.audio(event[:allowed])
+                raise _SpeechLimit
             await self.relay.audio(event)
             # When the first *frame* left: a chunk of more than 32 KB is several posts, and the
             # client starts playing at the first.
@@ -292,6 +317,13 @@ class TurnRunner:
             self._clock.mark("audio", time.time() - since)
         else:
             await self.relay.control(event)
+
+    def _audio_allowance(self) -> int | None:
+        """Bytes of audio the turn may still send (whole samples), or None without a limit."""
+        if self.max_speech_seconds is None:
+            return None
+        limit = int(self.max_speech_seconds * SAMPLE_RATE) * SAMPLE_WIDTH
+        return max(0, limit - self.relay.audio_bytes)
 
     async def _settle_text(self) -> None:
         """Wait for a text post still in flight (a stopped turn drops the text not yet posted),
@@ -342,7 +374,8 @@ class TurnRunner:
 
         async def audio_task() -> None:
             while (request_id := await sent.get()) is not None:
-                async for event in (await self._speech()).events(request_id):
+                speech = await self._speech()
+                async for event in speech.events(request_id, idle_timeout=self.speech_timeout):
                     if isinstance(event, AudioChunk):
                         queue.put_nowait(event.pcm)
 
@@ -384,6 +417,8 @@ class TurnRunner:
     async def _speak_events(self) -> AsyncIterator[BaseModel | bytes]:
         assert self.text is not None
         text = " ".join(to_speech_text(self.text).split())
+        if not text:
+            return  # only emoji or markup: nothing to say, and the turn completes silent
         self._clock.mark("sentence")
         yield Sentence(turn_id=self.spec.turn_id, index=0, text=text)
         async for pcm in self._synthesize(text):
@@ -395,7 +430,7 @@ class TurnRunner:
             text, voice=self.spec.voice, speed=self.spec.speed, fast_start=self.fast_start
         )
         self._request_ids.append(request_id)
-        async for event in speech.events(request_id):
+        async for event in speech.events(request_id, idle_timeout=self.speech_timeout):
             if isinstance(event, AudioChunk):
                 yield event.pcm
 

@@ -3,6 +3,7 @@ environment, or handed in by the local stack and the tests (``use_adapters``).""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -27,6 +28,9 @@ class Adapters:
     llm_client: Callable[[], ConverseStreamClient]
     speech_session: Callable[[], SpeechSession]
     token_secret: Callable[[], str]
+    # The time tickets are checked at: the real clock, except when sample events are replayed
+    # at the moment they were recorded (``voicewire replay``).
+    clock: Callable[[], float] = time.time
     _management_clients: dict[str, Any] = field(default_factory=dict)
 
     @cached_property

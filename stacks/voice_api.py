@@ -65,6 +65,10 @@ class VoiceApiSettings:
     # Per-route throttling of the stage: a voice client sends a few messages per turn.
     throttle_rate: float = 50.0
     throttle_burst: int = 100
+    # Browser origins that may connect (empty: any); see functions/origins.py.
+    allowed_origins: tuple[str, ...] = ()
+    max_turns_per_minute: int = 30  # per connection
+    max_speech_seconds_per_turn: float = 360.0
 
 
 # One JSON line per connect, message and disconnect: who, which route, how it went, how long.
@@ -203,6 +207,8 @@ class VoiceApi(Stack):
 
         for function in (self.worker, self.messages, self.connect, self.disconnect):
             self.table.grant_read_write_data(function)
+        # The authorizer records each connect ticket's first use, and needs nothing else.
+        self.table.grant(self.authorizer, "dynamodb:PutItem")
         # The function itself, not grant_invoke's "<arn>:*" (every version and alias).
         self.messages.add_to_role_policy(
             iam.PolicyStatement(
@@ -377,6 +383,9 @@ class VoiceApi(Stack):
                 # The voices SpeechModelCache puts beside the model: requests for another voice
                 # are refused before any work, and the voices action lists these.
                 "VOICEWIRE_VOICES": ",".join(OFFICIAL_VOICES),
+                "VOICEWIRE_ALLOWED_ORIGINS": ",".join(settings.allowed_origins),
+                "VOICEWIRE_MAX_TURNS_PER_MINUTE": str(settings.max_turns_per_minute),
+                "VOICEWIRE_MAX_SPEECH_SECONDS_PER_TURN": str(settings.max_speech_seconds_per_turn),
                 "POWERTOOLS_SERVICE_NAME": "voicewire",
                 "POWERTOOLS_METRICS_NAMESPACE": "voicewire",
             },

@@ -32,9 +32,19 @@ def test_check_passes_against_the_local_stack(stack, tmp_path):
     assert report["binary_audio"] is True and report["base64_audio"] is None
     speak = report["speak"]
     assert speak["status"] == "complete" and speak["audio_delivery"] == "binary"
-    assert speak["first_audio_ms"] > 0 and speak["reported"]["first_audio_ms"] > 0
+    # The turn's clock starts when the route accepts the action, after this client sent it; its
+    # first sentence was cut before any of its audio existed, let alone reached this client.
+    reported = speak["reported"]
+    assert reported["first_sentence_ms"] < speak["first_audio_ms"]
+    assert reported["first_sentence_ms"] <= reported["first_audio_ms"] < reported["total_ms"]
     assert report["bidi"]["status"] == report["batch"]["status"] == "complete"
-    assert report["batch_over_bidi"] > 0
+    bidi, batch = (report[mode]["reported"] for mode in ("bidi", "batch"))
+    # bidi speaks its first sentence as soon as it is written; batch waits for the whole answer.
+    assert bidi["first_sentence_ms"] < batch["first_sentence_ms"]
+    assert report["batch_over_bidi"] == pytest.approx(
+        batch["first_audio_ms"] / bidi["first_audio_ms"]
+    )
+    assert report["batch_over_bidi"] > 1  # so streaming speaks sooner
 
 
 class TextDeliveryGateway:

@@ -21,12 +21,18 @@ from functions.handlers.disconnect import disconnect
 from functions.handlers.messages import handle_message
 from functions.settings import Settings
 from functions.wiring import Adapters
-from voicewire.client_protocol import MAX_FRAME_BYTES, decode_audio_frame
+from voicewire.client_protocol import (
+    MAX_FRAME_BYTES,
+    MAX_MESSAGE_BYTES,
+    MAX_PROMPT_CHARS,
+    decode_audio_frame,
+)
 from voicewire.speech_link import open_speech_session
 
 EVENTS = Path(__file__).resolve().parent.parent / "events" / "apigw"
 SAMPLE_SECRET = "voicewire-sample-secret-do-not-deploy"
 CONNECTION = "Vw1SampleConnId="
+SAMPLE_NOW = 1795939200 + 30  # the sample events' request time (events/apigw/make_events.py)
 
 
 def sample(name: str, **body_changes) -> dict:
@@ -120,7 +126,7 @@ def posted(adapters) -> list[dict]:
 
 
 def test_a_valid_token_is_allowed_with_its_principal(adapters):
-    result = authorize(sample("authorizer_valid"), adapters)
+    result = authorize(sample("authorizer_valid"), adapters, now=SAMPLE_NOW)
     assert result["principalId"] == "sample-user"
     statement = result["policyDocument"]["Statement"][0]
     assert statement["Effect"] == "Allow" and statement["Resource"].endswith("/$connect")
@@ -136,7 +142,7 @@ def test_a_valid_token_is_allowed_with_its_principal(adapters):
     ],
 )
 def test_bad_tokens_are_denied(adapters, name):
-    result = authorize(sample(name), adapters)
+    result = authorize(sample(name), adapters, now=SAMPLE_NOW)
     assert result["policyDocument"]["Statement"][0]["Effect"] == "Deny"
 
 
@@ -199,6 +205,36 @@ def test_invalid_messages_get_an_error_frame_and_the_connection_stays(adapters, 
     (frame,) = posted(adapters)
     assert frame["type"] == "error" and frame["code"] == code and frame["message"]
     assert adapters.lambda_client.calls == []
+    assert adapters.store.get_connection(CONNECTION).status == "open"
+    handle_message(sample("speak"), adapters)  # still usable
+    assert len(adapters.lambda_client.calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "changes", "code"),
+    [
+        ("ask_bidi", {"prompt": "x" * (MAX_PROMPT_CHARS + 1)}, "prompt_too_long"),
+        ("speak", {"pad": "x" * MAX_MESSAGE_BYTES}, "message_too_large"),
+        ("ask_bidi", {"turn_id": "has space"}, "invalid_field"),
+        ("speak", {"turn_id": "t" * 65}, "invalid_field"),
+        ("cancel", {"turn_id": "semi;colon"}, "invalid_field"),
+        ("speak", {"speed": "1.0"}, "invalid_field"),
+    ],
+    ids=["prompt_too_long", "message_too_large", "ask_turn_id", "speak_turn_id",
+         "cancel_turn_id", "speed_type"],
+)  # fmt: skip
+def test_limits_and_malformed_fields_are_refused_by_the_message_route(
+    adapters, name, changes, code
+):
+    """What API Gateway would pass on (its 32 KB frame limit aside: a message can come in
+    several frames) is refused by the route itself, before any turn or worker."""
+    connect(sample("connect"), adapters)
+    event = sample(name, **changes)
+    assert handle_message(event, adapters) == {"statusCode": 200}
+    (frame,) = posted(adapters)
+    assert frame["type"] == "error" and frame["code"] == code and frame["message"]
+    assert "turn_id" not in frame  # nothing valid to name: the turn was never accepted
+    assert adapters.lambda_client.calls == [] and adapters.store.turns(CONNECTION) == []
     assert adapters.store.get_connection(CONNECTION).status == "open"
     handle_message(sample("speak"), adapters)  # still usable
     assert len(adapters.lambda_client.calls) == 1
@@ -274,7 +310,8 @@ def test_worker_runs_the_turn_records_it_and_keeps_history(adapters):
     assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "complete"
     turn = adapters.store.get_turn(CONNECTION, job["turn_id"])
     assert turn["status"] == "complete"
-    assert turn["audio_frames"] == frames[-1]["audio_frames"] > 0
+    audio_posts = [call for call in adapters.posts.calls if call["Data"][:1] == b"\xa1"]
+    assert turn["audio_frames"] == frames[-1]["audio_frames"] == len(audio_posts) > 0
     assert turn["frames"] == len(adapters.posts.calls) - 1  # all but the turn_end that follows
     history = adapters.store.get_connection(CONNECTION).history
     assert [message["role"] for message in history] == ["user", "assistant"]
@@ -407,9 +444,16 @@ def test_worker_publishes_time_to_first_audio_as_emf(adapters, capsys):
         m["Name"] for doc in emf for d in doc["_aws"]["CloudWatchMetrics"] for m in d["Metrics"]
     }
     assert {"TimeToFirstAudio", "TurnTotal", "Turns_complete"} <= names
-    first_audio = emf[-1]["TimeToFirstAudio"]
-    first_audio = first_audio[0] if isinstance(first_audio, list) else first_audio
-    assert first_audio > 0 and emf[-1]["mode"] == "speak"
+
+    def metric(name: str) -> float:
+        value = emf[-1][name]
+        return value[0] if isinstance(value, list) else value
+
+    # The figures the client was told in its turn_end, not some other measurement.
+    timings = posted(adapters)[-1]["timings"]
+    assert metric("TimeToFirstAudio") == timings["first_audio_ms"]
+    assert metric("TurnTotal") == timings["total_ms"] > timings["first_audio_ms"]
+    assert emf[-1]["mode"] == "speak"
 
 
 def test_voices_lists_the_configured_voices_english_first(adapters):

@@ -107,7 +107,7 @@ def test_deploy_makes_the_token_secret_once_and_token_mints_from_it(aws):
     stored = boto3.client("ssm").get_parameter(Name=TOKEN_SECRET_PARAMETER, WithDecryption=True)
     assert stored["Parameter"]["Type"] == "SecureString"
     token = agent_infra.deployed_token(600, "tester")
-    assert verify_token(stored["Parameter"]["Value"], token) == "tester"
+    assert verify_token(stored["Parameter"]["Value"], token).principal == "tester"
 
 
 def test_token_without_a_deployment_says_to_deploy_first(aws):

@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import io
 import json
+import time
+from dataclasses import dataclass, field
 
 import av
 import httpx
 import numpy as np
 import pytest
 
+from speech_server.chunk_plan import plan_chunks
 from voicewire.sse import SseDecoder
 
 TEXT = "Streaming speech, one chunk at a time. It works."
@@ -44,14 +47,70 @@ def pcm_reference(speech_server) -> bytes:
     return b"".join(chunks)
 
 
-def test_pcm16_is_streamed_in_several_chunks(speech_server, pcm_reference):
-    response, chunks = stream_post(speech_server.base_url, {"text": TEXT, "format": "pcm16"})
+@dataclass
+class EngineCall:
+    text: str
+    started: float  # time.perf_counter(): the server runs in this process, on another thread
+    ended: float = 0.0
+
+
+@dataclass
+class TimedEngine:
+    """The real engine, noting when each call starts and ends (a streamed call ends when its
+    last piece is out)."""
+
+    engine: object
+    calls: list[EngineCall] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        engine = self.engine
+        self.name, self.sample_rate = engine.name, engine.sample_rate
+        self.voices, self.default_voice = engine.voices, engine.default_voice
+
+    def synthesize(self, text, voice, speed):
+        call = EngineCall(text, time.perf_counter())
+        self.calls.append(call)
+        audio = self.engine.synthesize(text, voice, speed)
+        call.ended = time.perf_counter()
+        return audio
+
+    def synthesize_stream(self, text, voice, speed):
+        call = EngineCall(text, time.perf_counter())
+        self.calls.append(call)
+        yield from self.engine.synthesize_stream(text, voice, speed)
+        call.ended = time.perf_counter()
+
+
+def test_pcm16_audio_reaches_the_client_before_the_last_chunk_is_synthesized(
+    onnx_engine, server_factory
+):
+    """Streamed, not buffered: the first bytes are at the client before the engine has even
+    started on the request's last chunk, and the last chunk's audio follows after it ends."""
+    text = TEXT + " Every time."
+    plan = plan_chunks(text, fast_start=True)
+    assert len(plan) >= 3  # the gap between first audio and the last chunk spans a whole chunk
+    engine = TimedEngine(onnx_engine)
+    server = server_factory(lambda: engine)
+    arrivals: list[tuple[float, int]] = []
+    with (
+        httpx.Client(base_url=server.base_url, timeout=120) as client,
+        client.stream("POST", "/invocations", json={"text": text, "format": "pcm16"}) as response,
+    ):
+        for piece in response.iter_raw():
+            arrivals.append((time.perf_counter(), len(piece)))
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("audio/pcm")
     assert "content-length" not in response.headers  # chunked: audio leaves as it exists
-    assert len(chunks) > 1
-    seconds = len(pcm_reference) / 2 / 24_000
-    assert 2.0 < seconds < 7.0
+    assert [call.text for call in engine.calls] == plan
+    last_call = engine.calls[-1]
+    first_arrival, _ = arrivals[0]
+    assert first_arrival < last_call.started, (
+        f"first audio {(first_arrival - last_call.started) * 1000:.0f} ms after the last "
+        "chunk's synthesis started: the response was not streamed"
+    )
+    after_synthesis = [size for at, size in arrivals if at > last_call.ended]
+    assert after_synthesis, "nothing arrived after the last chunk was synthesized"
+    assert sum(size for _, size in arrivals) % 2 == 0  # whole samples
 
 
 @pytest.mark.parametrize(
@@ -127,3 +186,74 @@ def test_bad_requests_get_a_4xx_json_error_with_a_stable_code(speech_server, bod
     assert response.json()["type"] == "error"
     assert response.json()["code"] == code
     assert response.json()["message"]
+
+
+class BreakingEngine:
+    """The real engine, failing on any chunk that says "breaks": a request whose first chunk is
+    spoken and whose second one fails, after the response has started."""
+
+    def __init__(self, engine):
+        self._engine = engine
+        self.name, self.sample_rate = engine.name, engine.sample_rate
+        self.voices, self.default_voice = engine.voices, engine.default_voice
+
+    def synthesize(self, text, voice, speed):
+        if "breaks" in text:
+            raise RuntimeError("internal detail that must not reach the client")
+        return self._engine.synthesize(text, voice, speed)
+
+    def synthesize_stream(self, text, voice, speed):
+        if "breaks" in text:
+            raise RuntimeError("internal detail that must not reach the client")
+        yield from self._engine.synthesize_stream(text, voice, speed)
+
+
+FIRST_CHUNK, BREAKING_TEXT = "First part,", "First part, then the engine breaks."
+
+
+@pytest.fixture
+def breaking_server(onnx_engine, server_factory):
+    assert plan_chunks(BREAKING_TEXT, fast_start=True) == [FIRST_CHUNK, "then the engine breaks."]
+    return server_factory(lambda: BreakingEngine(onnx_engine))
+
+
+@pytest.mark.parametrize(("audio_format", "header_bytes"), [("pcm16", 0), ("wav", 44)])
+def test_an_engine_failure_mid_body_aborts_the_transfer(
+    breaking_server, audio_format, header_bytes
+):
+    """The status line (200) left with the first chunk's audio: the client must still be able to
+    tell the body is incomplete, so the chunked transfer is aborted, never ended cleanly."""
+    received: list[bytes] = []
+    with (
+        httpx.Client(base_url=breaking_server.base_url, timeout=120) as client,
+        client.stream(
+            "POST", "/invocations", json={"text": BREAKING_TEXT, "format": audio_format}
+        ) as response,
+        pytest.raises(httpx.RemoteProtocolError, match="incomplete chunked read"),
+    ):
+        for piece in response.iter_raw():
+            received.append(piece)
+    assert response.status_code == 200
+    # Exactly the first chunk's audio came before the break: what the same engine says for it.
+    _, alone = stream_post(breaking_server.base_url, {"text": FIRST_CHUNK, "format": "pcm16"})
+    assert b"".join(received)[header_bytes:] == b"".join(alone)
+
+
+def test_an_engine_failure_mid_stream_is_an_sse_synthesis_failed_event(breaking_server):
+    response, chunks = stream_post(
+        breaking_server.base_url,
+        {"text": BREAKING_TEXT, "format": "pcm16", "request_id": "broken-1"},
+        accept="text/event-stream",
+    )
+    assert response.status_code == 200
+    decoder = SseDecoder()
+    events = [event for chunk in chunks for event in decoder.feed(chunk)]
+    assert decoder.pending_bytes == 0  # the stream ends on an event boundary
+    *audio_events, failure = events
+    assert [event["type"] for event in audio_events] == ["audio"] * len(audio_events)
+    assert failure["type"] == "error" and failure["code"] == "synthesis_failed"
+    assert failure["request_id"] == "broken-1"
+    assert "internal detail" not in failure["message"]
+    audio = b"".join(base64.b64decode(event["data"]) for event in audio_events)
+    _, alone = stream_post(breaking_server.base_url, {"text": FIRST_CHUNK, "format": "pcm16"})
+    assert audio == b"".join(alone)  # the first chunk's audio arrived, then the failure

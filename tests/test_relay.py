@@ -22,7 +22,16 @@ from functions.adapters.relay import (
     RelayError,
     management_client,
 )
-from voicewire.client_protocol import MAX_FRAME_BYTES, TurnEnd, TurnStart, decode_audio_frame
+from voicewire.client_protocol import (
+    MAX_AUDIO_PAYLOAD,
+    MAX_BASE64_AUDIO_PAYLOAD,
+    MAX_FRAME_BYTES,
+    TurnEnd,
+    TurnStart,
+    decode_audio_frame,
+    encode_audio_frame,
+    encode_base64_audio,
+)
 
 CALLBACK_URL = "https://abc123.execute-api.us-east-1.amazonaws.com/prod"
 FAKE_CREDENTIALS = {
@@ -81,6 +90,26 @@ async def test_binary_audio_is_split_into_headed_frames_under_32_kb(aws):
     # The real boto3 call reached the (moto) management API.
     stored = apigatewaymanagementapi_backends["123456789012"]["us-east-1"].connections["conn-1"]
     assert stored.data == b"".join(spy.posts)
+
+
+@pytest.mark.parametrize("delivery", ["binary", "base64"])
+async def test_audio_frames_at_the_payload_limit_fit_32_kb_and_one_sample_more_splits(
+    aws, delivery
+):
+    """The largest frame the relay makes, with the largest turn and seq numbers it can carry,
+    is still within API Gateway's 32 KB frame; one more sample makes two frames."""
+    limit = MAX_AUDIO_PAYLOAD if delivery == "binary" else MAX_BASE64_AUDIO_PAYLOAD
+    largest = limit - limit % 2  # whole samples
+    for size, frames in ((largest, 1), (largest + 2, 2)):
+        spy = Spy(moto_client())
+        relay = Relay(spy, "conn-3", turn=2**32 - 1, delivery=delivery)
+        await relay.audio(pcm(1.0)[:size])
+        assert len(spy.posts) == relay.audio_frames == frames
+        assert max(len(post) for post in spy.posts) <= MAX_FRAME_BYTES
+    encode = encode_audio_frame if delivery == "binary" else encode_base64_audio
+    assert len(encode(2**32 - 1, 2**32 - 1, bytes(largest))) <= MAX_FRAME_BYTES
+    with pytest.raises(ValueError, match="exceeds"):
+        encode(1, 0, bytes(limit + 1))
 
 
 async def test_base64_delivery_sends_json_text_frames(aws):
@@ -329,15 +358,17 @@ async def test_an_audio_post_does_not_wait_behind_a_text_post(connections):
 
 async def test_the_first_delta_goes_at_once_then_one_post_per_interval(connections):
     relay = relay_to(connections, text_interval=0.2)
+    given = time.monotonic()
     await relay.text("t-1", "a")
-    await asyncio.sleep(0.01)  # the lane takes "a" and posts it at once
+    await wait_for(lambda: len(text_posts(connections)) == 1)  # "a" is posted at once
     for piece in ["b", "c", "d"]:
         await relay.text("t-1", piece)
         await asyncio.sleep(0.01)
     await wait_for(lambda: len(text_posts(connections)) == 2)
     (first, one), (second, two) = text_posts(connections)
     assert (one["text"], two["text"]) == ("a", "bcd")
-    assert second.started - first.started >= 0.19  # held back for the interval
+    # The interval runs from the first post, which cannot have started before "a" was given.
+    assert first.started < given + relay.text_interval <= second.started
     await relay.finish_text()
     assert relay.text_posts == 2
 
@@ -346,18 +377,20 @@ async def test_sentence_mode_posts_text_only_at_flush_and_finish(connections):
     relay = relay_to(connections, text_flush="sentence")
     await relay.text("t-1", "Hello, ")
     await relay.text("t-1", "world.")
-    await asyncio.sleep(0.25)
-    assert connections.requests == []  # buffered until the sentence is cut
+    await relay.control(turn_start())  # the text lane runs while this posts...
+    assert relay._text_pending == "Hello, world."  # ... and leaves the text buffered
+    flushed_at = time.monotonic()
     relay.flush_text()
     await relay.text("t-1", " Next")  # after the cut: the next sentence's text
     await wait_for(lambda: len(text_posts(connections)) == 1)
-    await asyncio.sleep(0.15)
-    assert [delta["text"] for _, delta in text_posts(connections)] == ["Hello, world."]
+    finished_at = time.monotonic()
     await relay.finish_text()
-    assert [(d["seq"], d["text"]) for _, d in text_posts(connections)] == [
-        (0, "Hello, world."),
-        (1, " Next"),
-    ]
+    posts = text_posts(connections)
+    assert [(d["seq"], d["text"]) for _, d in posts] == [(0, "Hello, world."), (1, " Next")]
+    # Each text post started only once its text was due: at the cut, then at the finish. An
+    # earlier post would have split the text differently, or started before those moments.
+    (first, _), (second, _) = posts
+    assert flushed_at <= first.started and finished_at <= second.started
 
 
 @pytest.mark.parametrize(
@@ -405,6 +438,10 @@ async def test_close_stops_the_text_lane_without_posting(connections):
     await relay.text("t-1", "b")  # held back for the interval
     task = relay._text_task
     await relay.close()
-    await asyncio.sleep(0.3)
-    assert [delta["text"] for _, delta in text_posts(connections)] == ["a"]
+    # Nothing can post "b" now: the lane is stopped and no text post is in flight (a post holds
+    # the text lock until it is answered).
     assert task is not None and task.done()
+    assert relay._text_lock.acquire(blocking=False)
+    relay._text_lock.release()
+    assert [delta["text"] for _, delta in text_posts(connections)] == ["a"]
+    assert len(connections.requests) == 1 and relay.text_posts == 1

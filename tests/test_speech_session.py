@@ -325,3 +325,72 @@ async def test_voices_lists_each_voice_with_its_language_english_first(speech_se
     languages = [voice["language"] for voice in listing["voices"]]
     english = [language.startswith("en") for language in languages]
     assert english == sorted(english, reverse=True)  # English first
+
+
+class GatedToneEngine:
+    """Speaks a tone as long as the text, but its first call waits for ``gate``: a request
+    that stays running for as long as a test needs it to."""
+
+    name, sample_rate = "tone", SAMPLE_RATE
+    voices, default_voice = frozenset({"af_heart"}), "af_heart"
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def synthesize(self, text, voice, speed):
+        self.entered.set()
+        if not self.gate.wait(30):
+            raise RuntimeError("the test never opened the gate")
+        tone = 0.3 * np.sin(np.arange(len(text) * 240) * 0.3)
+        return tone.astype(np.float32)
+
+    def synthesize_stream(self, text, voice, speed):
+        yield self.synthesize(text, voice, speed)
+
+
+async def test_a_65th_pending_request_is_refused_and_a_slot_frees_once_answered(server_factory):
+    from voicewire.speech_protocol import MAX_PENDING_REQUESTS
+
+    engine = GatedToneEngine()
+    server = server_factory(lambda: engine)
+    ids = [f"r{n}" for n in range(MAX_PENDING_REQUESTS)]
+    try:
+        async with connect(server.ws_url) as ws:
+            for request_id in ids:  # the first runs (held at the gate), the rest queue
+                await ws.send(json.dumps({"text": "Held.", "request_id": request_id}))
+            await ws.send(json.dumps({"text": "One too many.", "request_id": "extra"}))
+            assert await asyncio.to_thread(engine.entered.wait, 10)  # r0 is running
+            await ws.send(json.dumps({"type": "cancel"}))  # every pending request
+            engine.gate.set()
+            replies = [await collect_reply(ws) for _ in ids]
+            refused = await next_control(ws)  # answered in order: after the 64 before it
+            # All answered, nothing pending: the same id (and any other) is accepted again.
+            await ws.send(json.dumps({"text": "Room again.", "request_id": "extra"}))
+            again = await collect_reply(ws)
+    finally:
+        engine.gate.set()
+    assert [reply.start["request_id"] for reply in replies] == ids  # 64 accepted
+    assert {reply.complete["status"] for reply in replies} == {"cancelled"}
+    assert refused["type"] == "error" and refused["code"] == "too_many_pending"
+    assert refused["request_id"] == "extra" and str(MAX_PENDING_REQUESTS) in refused["message"]
+    assert again.complete["status"] == "complete"
+    assert again.complete["audio_bytes"] == len(again.audio) > 0
+
+
+async def test_an_over_long_request_id_is_refused_and_not_echoed(speech_server):
+    from voicewire.speech_protocol import MAX_REQUEST_ID_CHARS
+
+    longest, too_long = "i" * MAX_REQUEST_ID_CHARS, "i" * (MAX_REQUEST_ID_CHARS + 1)
+    async with connect(speech_server.ws_url) as ws:
+        await ws.send(json.dumps({"text": "Hi.", "request_id": too_long}))
+        refused = await next_control(ws)
+        await ws.send(json.dumps({"type": "ping", "request_id": too_long}))
+        refused_ping = await next_control(ws)
+        await ws.send(json.dumps({"text": "Hi.", "request_id": longest}))
+        reply = await collect_reply(ws)
+    for error in (refused, refused_ping):
+        assert error["type"] == "error" and error["code"] == "invalid_field"
+        assert "request_id" in error["message"] and "request_id" not in error
+    assert reply.start["request_id"] == reply.complete["request_id"] == longest
+    assert reply.complete["status"] == "complete"

@@ -144,14 +144,23 @@ async def test_a_session_that_cannot_open_is_a_typed_error(sagemaker_runtime):
 async def test_calling_off_an_opening_leaves_nothing_open(sagemaker_runtime):
     sessions = keeper(sagemaker_runtime)
     opened: list[SpeechSession] = []
+    connecting = asyncio.Event()
 
     def open_session() -> SpeechSession:
         opened.append(sagemaker_runtime.session())
+        connect = opened[-1]._transport.connect
+
+        async def noted_connect() -> None:
+            connecting.set()
+            await connect()
+
+        opened[-1]._transport.connect = noted_connect
         return opened[-1]
 
     sessions._open_session = open_session
     acquiring = asyncio.create_task(sessions.acquire())
-    await asyncio.sleep(0.005)  # under way: the client is being built or connecting
+    async with asyncio.timeout(10):
+        await connecting.wait()  # under way: the client is connecting
     acquiring.cancel()
     with pytest.raises(asyncio.CancelledError):
         await acquiring

@@ -468,3 +468,44 @@ def test_the_foundation_exports_the_bucket_and_expires_old_versions(foundation):
     (weights,) = [b for b in buckets.values() if "LoggingConfiguration" in b["Properties"]]
     (rule,) = weights["Properties"]["LifecycleConfiguration"]["Rules"]
     assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+
+
+def test_the_functions_get_the_connection_limits_and_the_authorizer_only_puts_tickets(template):
+    """The per-connection limits reach every function as the settings read them, and the
+    authorizer, which records each ticket's first use, may put items and do nothing else."""
+    from functions.settings import Settings
+
+    functions = resources(template, "AWS::Lambda::Function").values()
+    for function in functions:
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert variables["VOICEWIRE_MAX_TURNS_PER_MINUTE"] == str(Settings.max_turns_per_minute)
+        assert float(variables["VOICEWIRE_MAX_SPEECH_SECONDS_PER_TURN"]) == (
+            Settings.max_speech_seconds_per_turn
+        )
+        assert variables["VOICEWIRE_ALLOWED_ORIGINS"] == ""  # no -c allowed_origins: any
+    roles = {
+        logical: function["Properties"]["Role"]["Fn::GetAtt"][0]
+        for logical, function in resources(template, "AWS::Lambda::Function").items()
+    }
+    (authorizer_role,) = [role for logical, role in roles.items() if "Authorizer" in logical]
+    table_actions = [
+        statement["Action"]
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": authorizer_role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "dynamodb" in json.dumps(statement["Action"])
+    ]
+    assert table_actions == ["dynamodb:PutItem"]
+
+
+def test_allowed_origins_reach_the_functions(tmp_path):
+    import app
+
+    assembly = app.build_app(
+        outdir=str(tmp_path), context={"allowed_origins": "https://a.example,https://b.example"}
+    ).synth()
+    stack = assembly.get_stack_by_name("VoiceApi")
+    functions = Template.from_json(stack.template).find_resources("AWS::Lambda::Function")
+    for function in functions.values():
+        variables = function["Properties"]["Environment"]["Variables"]
+        assert variables["VOICEWIRE_ALLOWED_ORIGINS"] == "https://a.example,https://b.example"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import threading
 import time
 
 import pytest
@@ -99,21 +101,37 @@ async def test_a_client_gone_mid_turn_stops_everything(aws, speech_server, after
     assert len(outcome.answer) < len(llm.default.text)
 
 
+def first_text_delta(loop: asyncio.AbstractEventLoop) -> tuple[asyncio.Event, object]:
+    """An event set once the turn has posted its first text_delta, and the ``watch`` that
+    sets it (posts run on threads)."""
+    posted = asyncio.Event()
+
+    def watch(data: bytes) -> None:
+        if data[:1] == b"{" and json.loads(data)["type"] == "text_delta":
+            loop.call_soon_threadsafe(posted.set)
+
+    return posted, watch
+
+
 async def test_the_turn_streams_text_while_its_speech_session_opens(aws, speech_server):
     """The worker hands the turn a session still opening: text flows at once, speech waits
-    for the session only at the first sentence."""
+    for the session only at the first sentence. Here the session opens only once text has
+    been posted: a turn that waited for its session before its text would never finish."""
     opened_at = []
+    text_posted, watch = first_text_delta(asyncio.get_running_loop())
 
-    async def slow_open():
-        await asyncio.sleep(0.8)  # a slow set-up, longer than the LLM's first tokens
+    async def open_after_the_first_text():
+        async with asyncio.timeout(30):
+            await text_posted.wait()
         session = open_speech_session(speech_server.ws_url)
         await session.open()
         opened_at.append(time.monotonic())
         return session
 
     outcome, connection, _ = await run_turn(
-        speech_server, "bidi", "What is the meaning of life?", speech_opening=slow_open
-    )
+        speech_server, "bidi", "What is the meaning of life?",
+        speech_opening=open_after_the_first_text, watch=watch,
+    )  # fmt: skip
     assert outcome.status == "complete"
     frames = connection.frames()
     posted = [(at, frame) for (at, _), frame in zip(connection.posts, frames, strict=True)]
@@ -123,12 +141,15 @@ async def test_the_turn_streams_text_while_its_speech_session_opens(aws, speech_
 
 
 async def test_a_speech_session_that_cannot_open_fails_the_turn_at_once(aws, speech_server):
-    async def failing_open():
-        await asyncio.sleep(0.3)
+    text_posted, watch = first_text_delta(asyncio.get_running_loop())
+
+    async def failing_open():  # fails while the LLM is writing
+        async with asyncio.timeout(30):
+            await text_posted.wait()
         raise SpeechStreamError("connect_failed", "cannot open the endpoint")
 
     outcome, connection, llm = await run_turn(
-        speech_server, "bidi", "Tell me a story", speech_opening=failing_open
+        speech_server, "bidi", "Tell me a story", speech_opening=failing_open, watch=watch
     )
     frames = connection.frames()
     assert outcome.status == "failed" and frames[-1]["status"] == "failed"
@@ -151,8 +172,8 @@ async def test_audio_does_not_wait_behind_text_posts(aws, speech_server):
         await session.open()
         events = session.events
 
-        async def timed(request_id):
-            async for event in events(request_id):
+        async def timed(request_id, **options):
+            async for event in events(request_id, **options):
                 if isinstance(event, AudioChunk) and not first_chunk:
                     first_chunk.append(time.monotonic())
                 yield event
@@ -195,3 +216,99 @@ def test_the_first_sentence_and_long_later_ones_are_cut_early():
     assert cut_early(short, 0) and cut_early(long, 0)
     assert not cut_early(short, 3)  # spoken whole: it is ready before the audio runs out
     assert cut_early(long, 3)
+
+
+def audio_counts(frames) -> tuple[int, int]:
+    """(frames, payload bytes) of the audio frames posted (perhaps none)."""
+    audio = [frame for frame in frames if isinstance(frame, tuple)]
+    if audio:
+        check_audio_frames(frames)
+    return len(audio), sum(len(payload) for _, _, payload in audio)
+
+
+async def test_an_llm_stream_error_ends_the_turn_failed_with_llm_failed(aws, speech_server):
+    """The recording writes a few words, then Bedrock's stream breaks
+    (``modelStreamErrorException``)."""
+    outcome, connection, llm = await run_turn(speech_server, "bidi", "[stream-error] please")
+    recording = llm.choose("[stream-error]")
+    frames = connection.frames()
+    error, end = frames[-2], frames[-1]
+    assert error["type"] == "error" and error["code"] == "llm_failed"
+    assert error["turn_id"] == "turn-3" and "modelStreamErrorException" in error["message"]
+    assert end["type"] == "turn_end" and end["status"] == "failed" == outcome.status
+    assert outcome.answer == recording.text  # everything the model wrote before it broke
+    deltas = "".join(f["text"] for f in frames if isinstance(f, dict) and f["type"] == "text_delta")
+    assert recording.text.startswith(deltas)  # text not yet posted is dropped, never changed
+    assert (end["audio_frames"], end["audio_bytes"]) == audio_counts(frames)
+
+
+class SentenceThenBrokenStream:
+    """A ConverseStream client whose answer breaks after its first sentence has been heard: it
+    writes a sentence and the start of the next, waits until ``heard`` is set (the first audio
+    frame was posted), then sends Bedrock's ``modelStreamErrorException``."""
+
+    def __init__(self) -> None:
+        self.heard = threading.Event()
+
+    def converse_stream(self, **request):
+        return {"stream": self._events()}
+
+    def _events(self):
+        yield {"messageStart": {"role": "assistant"}}
+        for text in ("Hello there,", " this is the first sentence.", " And then the"):
+            yield {"contentBlockDelta": {"delta": {"text": text}, "contentBlockIndex": 0}}
+        if not self.heard.wait(30):
+            raise AssertionError("no audio was posted")
+        yield {"modelStreamErrorException": {"message": "The model stream broke."}}
+
+
+async def test_an_llm_failure_after_audio_started_counts_the_audio_sent(aws, speech_server):
+    llm = SentenceThenBrokenStream()
+
+    def watch(data: bytes) -> None:
+        if data[:1] == b"\xa1":
+            llm.heard.set()
+
+    outcome, connection, _ = await run_turn(speech_server, "bidi", "Anything", llm=llm, watch=watch)
+    frames = connection.frames()
+    assert [f["type"] for f in frames[-2:]] == ["error", "turn_end"]  # nothing after the end
+    assert frames[-2]["code"] == "llm_failed" and frames[-1]["status"] == "failed" == outcome.status
+    sent_frames, sent_bytes = audio_counts(frames)
+    assert sent_frames >= 1  # the failure came after audio had been posted
+    assert (frames[-1]["audio_frames"], frames[-1]["audio_bytes"]) == (sent_frames, sent_bytes)
+    assert frames[-1]["timings"]["first_audio_ms"] is not None
+
+
+async def test_a_speech_stream_dropping_after_audio_started_fails_the_turn_and_the_next_works(
+    aws, speech_server, sagemaker_runtime
+):
+    """Over SageMaker, the response stream breaks (``ModelStreamError``) after the first audio
+    frames: the turn ends ``failed`` with ``speech_failed``, its turn_end counts the audio the
+    client did get, and the next turn, on a new stream, is spoken whole."""
+    from voicewire_tools.local_stack.sagemaker_runtime import StreamFault
+
+    text = "Hello there, the stream drops now."
+
+    async def opening():
+        session = sagemaker_runtime.session()
+        await session.open()
+        return session
+
+    fault = StreamFault(after_parts=4, kind="model")  # synthesis_start, then 3 audio frames
+    sagemaker_runtime.runtime.fail_next_stream(fault)
+    outcome, connection, _ = await run_turn(
+        speech_server, "speak", text=text, speech_opening=opening
+    )
+    frames = connection.frames()
+    assert [f["type"] for f in frames[-2:]] == ["error", "turn_end"]
+    error, end = frames[-2:]
+    assert error["code"] == "speech_failed" and "model_stream_error" in error["message"]
+    assert end["status"] == "failed" == outcome.status
+    sent_frames, sent_bytes = audio_counts(frames)
+    # Every audio frame that came before the break reached the client (one post each).
+    assert sent_frames == fault.after_parts - 1
+    assert (end["audio_frames"], end["audio_bytes"]) == (sent_frames, sent_bytes)
+
+    after, connection, _ = await run_turn(speech_server, "speak", text=text, speech_opening=opening)
+    assert after.status == "complete" and connection.frames()[-1]["status"] == "complete"
+    assert audio_counts(connection.frames())[1] > sent_bytes

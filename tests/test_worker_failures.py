@@ -258,6 +258,8 @@ class FlakyReads:
 
     def __init__(self, store: SessionStore, failures: int = 0, delay: float = 0.0):
         self.store, self.failures, self.delay, self.reads = store, failures, delay, 0
+        self.answered_stale = threading.Event()  # a read has its status and is slow to return
+        self.failed_all = threading.Event()  # every failure asked for has happened
 
     def __getattr__(self, name):
         return getattr(self.store, name)
@@ -266,8 +268,12 @@ class FlakyReads:
         self.reads += 1
         if self.failures:
             self.failures -= 1
+            if not self.failures:
+                self.failed_all.set()
             raise client_error("ThrottlingException", 400, "GetItem")
         status = self.store.turn_status(connection_id, turn_id)
+        if self.delay:
+            self.answered_stale.set()
         time.sleep(self.delay)  # the answer is slow to come back: it may be stale on arrival
         return status
 
@@ -301,11 +307,11 @@ def test_the_watcher_survives_failed_reads_and_still_sees_the_cancel(adapters):
     job = accepted_job(adapters, "ask_bidi")
     flaky = FlakyReads(adapters.store, failures=4)
 
-    async def cancel_later():
-        await asyncio.sleep(0.3)
+    async def cancel_after_the_failures():
+        assert await asyncio.to_thread(flaky.failed_all.wait, 10)
         adapters.store.cancel_turn(CONNECTION, job["turn_id"])
 
-    stop = _watch(adapters, flaky, job, cancel_later)
+    stop = _watch(adapters, flaky, job, cancel_after_the_failures)
     assert stop.failure is None  # a cancel, not a failure
     assert flaky.reads > 4
 
@@ -323,7 +329,8 @@ def test_a_cancel_during_a_slow_poll_is_seen_at_the_next_one(adapters):
     slow = FlakyReads(adapters.store, delay=0.4)
 
     async def cancel_mid_poll():
-        await asyncio.sleep(0.2)  # the first read is under way
+        # The first read has its answer ("running") and is still on its way back.
+        assert await asyncio.to_thread(slow.answered_stale.wait, 10)
         adapters.store.cancel_turn(CONNECTION, job["turn_id"])
 
     stop = _watch(adapters, slow, job, cancel_mid_poll)

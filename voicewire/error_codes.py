@@ -48,6 +48,8 @@ class ErrorCode(StrEnum):
     TURN_TIMED_OUT = "turn_timed_out"
     TURN_EXPIRED = "turn_expired"
     STATE_UNAVAILABLE = "state_unavailable"
+    TOO_MANY_TURNS = "too_many_turns"
+    SPEECH_LIMIT_REACHED = "speech_limit_reached"
 
 
 class ProtocolError(Exception):

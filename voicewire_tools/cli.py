@@ -154,7 +154,24 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
         "replay", help="invoke the handler a sample event's route names (like sam local invoke)"
     )
     replay.add_argument("events", nargs="+", metavar="EVENT.json")
-    replay.add_argument("--token-secret", default="voicewire-sample-secret-do-not-deploy")
+    from voicewire_tools.commands.replay import SAMPLE_SECRET, SAMPLE_TIME
+
+    replay.add_argument("--token-secret", default=SAMPLE_SECRET)
+    replay.add_argument(
+        "--at",
+        type=float,
+        default=SAMPLE_TIME,
+        help="check tickets at this epoch time (default: the samples' request time; 0: now)",
+    )
+
+    from voicewire_tools.commands import dependency_audit
+
+    audit = commands.add_parser(
+        "audit",
+        help="known vulnerabilities in uv.lock's packages (pip-audit; needs --group audit)",
+        description=(dependency_audit.__doc__ or "").split("\n\n")[0],
+    )
+    dependency_audit.add_arguments(audit)
 
 
 def speech_links(value: str) -> tuple[str, ...]:
@@ -175,9 +192,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "bench":
         run_benchmark(args)
         return
-    from voicewire_tools.commands import ask, demo, replay, up
+    from voicewire_tools.commands import ask, demo, dependency_audit, replay, up
 
-    commands = {"up": up.run, "ask": ask.run, "demo": demo.run, "replay": replay.run}
+    commands = {
+        "up": up.run,
+        "ask": ask.run,
+        "demo": demo.run,
+        "replay": replay.run,
+        "audit": dependency_audit.run,
+    }
     commands[args.command](args)
 
 

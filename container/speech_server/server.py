@@ -62,12 +62,13 @@ def serve(host: str, port: int, settings: EngineSettings, log_level: str = "info
 
 
 def main() -> None:
-    """Container entry point: everything from the environment, listening on 0.0.0.0:8080."""
+    """Container entry point: everything from the environment. It listens on loopback unless
+    ``VOICEWIRE_HOST`` says otherwise; the image sets 0.0.0.0, which SageMaker needs."""
     import os
 
     try:
         serve(
-            os.environ.get("VOICEWIRE_HOST", "0.0.0.0"),
+            os.environ.get("VOICEWIRE_HOST", "127.0.0.1"),
             int(os.environ.get("VOICEWIRE_PORT", "8080")),
             EngineSettings.from_env(),
             os.environ.get("VOICEWIRE_LOG_LEVEL", "info"),

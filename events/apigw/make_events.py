@@ -4,8 +4,9 @@
 
 Shapes follow API Gateway's WebSocket Lambda proxy events (``requestContext.routeKey``,
 ``eventType``, ``connectionId``, ``domainName``, ``stage``, ``requestTimeEpoch``, ``body``,
-``isBase64Encoded``). Authorizer samples carry tokens signed with the sample secret
-``SAMPLE_SECRET`` below (valid until 2100) - a development value, never a deployed one.
+``isBase64Encoded``). Authorizer samples carry connect tickets signed with the sample secret
+``SAMPLE_SECRET`` below - a development value, never a deployed one. A ticket lives two minutes,
+so the valid one is valid at the samples' request time, ``SAMPLE_NOW`` (tests pass it as now).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ SAMPLE_SECRET = "voicewire-sample-secret-do-not-deploy"
 CONNECTION_ID = "Vw1SampleConnId="
 DOMAIN = "abc123defg.execute-api.us-east-1.amazonaws.com"
 EPOCH_MS = 1795939200000  # 2026-11-29T08:00:00Z
+SAMPLE_NOW = EPOCH_MS / 1000 + 30  # when the authorizer samples are checked
 METHOD_ARN = "arn:aws:execute-api:us-east-1:123456789012:abc123defg/prod/$connect"
 
 
@@ -90,18 +92,33 @@ def message(route: str, body: object) -> dict:
     }
 
 
-def authorizer(token: str | None) -> dict:
+def authorizer(token: str | None, origin: str | None = None) -> dict:
     query = {"token": token} if token is not None else None
-    return {"type": "REQUEST", "methodArn": METHOD_ARN, "queryStringParameters": query}
+    single, _ = headers()
+    if origin is not None:
+        single["Origin"] = origin
+    return {
+        "type": "REQUEST",
+        "methodArn": METHOD_ARN,
+        "headers": single,
+        "queryStringParameters": query,
+    }
 
 
 def main() -> None:
-    valid = mint_token(SAMPLE_SECRET, "sample-user", ttl_seconds=2_300_000_000, now=1795939200)
+    issued = EPOCH_MS / 1000
+    valid = mint_token(SAMPLE_SECRET, "sample-user", ttl_seconds=120, now=issued)
     events = {
         "authorizer_valid": authorizer(valid),
-        "authorizer_expired": authorizer(mint_token(SAMPLE_SECRET, "sample-user", 60, now=1.7e9)),
+        "authorizer_browser": authorizer(
+            mint_token(SAMPLE_SECRET, "sample-user", 120, now=issued),
+            origin="https://app.example.com",
+        ),
+        "authorizer_expired": authorizer(
+            mint_token(SAMPLE_SECRET, "sample-user", 60, now=issued - 3600)
+        ),
         "authorizer_wrong_signature": authorizer(
-            mint_token("a-different-secret-of-the-same-length", "sample-user", 3600)
+            mint_token("a-different-secret-of-the-same-length", "sample-user", 120, now=issued)
         ),
         "authorizer_malformed": authorizer("not.a.jwt"),
         "authorizer_missing": authorizer(None),

@@ -32,6 +32,9 @@ from voicewire.client_protocol import AudioDelivery, Timings
 
 CONNECTION = "connection"
 TURN_PREFIX = "turn#"
+TICKET_PREFIX = "ticket#"  # a used connect ticket's jti (functions/auth_tokens.py)
+TICKET = "ticket"
+TICKET_RECORD_SLACK_SECONDS = 60  # past the ticket's exp: its leeway, and some
 SESSION_SECONDS = 2 * 3600 + 600  # API Gateway's 2 h connection limit, and some slack
 HISTORY_MESSAGES = 20  # user and assistant messages kept for follow-up questions
 # The history's size in UTF-8 bytes of its texts: well under DynamoDB's 400 KB item limit, and
@@ -42,12 +45,14 @@ HISTORY_WRITE_ATTEMPTS = 8  # optimistic-locking retries before giving up on one
 TurnStatusValue = Literal["starting", "running", "complete", "cancelled", "failed"]
 
 # Short timeouts: the cancel watcher reads every 100 ms and must see a stuck request fail in
-# seconds, not after botocore's default 60 s read timeout; standard retries (3 attempts, with
-# jittered backoff) absorb throttling and 5xx without a second retry layer in the callers.
+# seconds, not after botocore's default 60 s read timeout; standard retries (3 attempts in all,
+# with jittered backoff) absorb throttling and 5xx without a second retry layer in the callers.
+# ``total_max_attempts``, not ``max_attempts``: in a client Config botocore reads
+# ``max_attempts`` as the number of *retries* (3 made 4 attempts, ~7 s of backoff at worst).
 DYNAMODB_CONFIG = Config(
     connect_timeout=1,
     read_timeout=3,
-    retries={"mode": "standard", "max_attempts": 3},
+    retries={"mode": "standard", "total_max_attempts": 3},
     tcp_keepalive=True,
 )
 
@@ -87,6 +92,9 @@ class Claim:
     verdict: ClaimVerdict
     status: str | None = None  # the turn's status when the claim was tried
     claimed_by: str | None = None  # who held the turn before
+    # A worker recorded the turn's end (``ended_at``): it told the client, or tried to. A turn
+    # that ended without one was ended by a cancel, a barge-in or a disconnect alone.
+    end_recorded: bool = False
 
 
 @dataclass
@@ -263,6 +271,52 @@ class SessionStore:
         )  # fmt: skip
         return None if old is None else old.get("active_turn_id")
 
+    def use_ticket(self, ticket_id: str, expires_at: float) -> bool:
+        """Record a connect ticket's first use; False if it was used before (a replay).
+
+        The record lives as long as the ticket could still pass (``expires_at`` plus the
+        verifier's leeway), then DynamoDB's TTL removes it."""
+        try:
+            self.client.put_item(
+                TableName=self.table_name,
+                Item=_values(
+                    {
+                        "pk": TICKET_PREFIX + ticket_id,
+                        "sk": TICKET,
+                        TTL_ATTRIBUTE: int(expires_at) + TICKET_RECORD_SLACK_SECONDS,
+                    }
+                ),
+                ConditionExpression="attribute_not_exists(pk)",
+            )
+        except ClientError as error:
+            if _conditional_failed(error):
+                return False
+            raise
+        return True
+
+    def admit_turn(self, connection_id: str, limit: int, now: float | None = None) -> bool:
+        """Count one more turn in the connection's current clock minute; False when ``limit``
+        turns already started in it (or the connection is gone).
+
+        A fixed window: two conditional writes, no read, so concurrent messages cannot both
+        take the last place. A burst across a minute's edge may start up to twice ``limit``."""
+        window = int((now or time.time()) // 60)
+        values = {":one": 1, ":window": window, ":limit": limit}
+        for _ in range(2):  # a concurrent writer may open the new window between the writes
+            if self._update(
+                connection_id, CONNECTION, "SET rate_count = rate_count + :one",
+                values, "rate_window = :window AND rate_count < :limit",
+            ) is not None:  # fmt: skip
+                return True
+            if self._update(
+                connection_id, CONNECTION, "SET rate_window = :window, rate_count = :one",
+                {":one": 1, ":window": window},
+                "attribute_exists(pk) AND (attribute_not_exists(rate_window)"
+                " OR rate_window <> :window)",
+            ) is not None:  # fmt: skip
+                return True
+        return False
+
     # --- turns ----------------------------------------------------------------------------
 
     def start_turn(
@@ -362,7 +416,7 @@ class SessionStore:
             return Claim(ClaimVerdict.UNKNOWN)
         status, holder = str(item["status"]), item.get("claimed_by")
         if status != "running":
-            return Claim(ClaimVerdict.ENDED, status, holder)
+            return Claim(ClaimVerdict.ENDED, status, holder, "ended_at" in item)
         if holder == claimant:
             # Lambda retries an event under the same request id, and only once the attempt
             # before has ended: this claimant's earlier attempt died with the turn running.

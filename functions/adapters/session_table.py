@@ -11,6 +11,8 @@ connection id  ``connection``          principal, connected_at, audio (binary | 
 connection id  ``turn#<turn_id>``      turn, mode, status (starting | running | complete |
                                        cancelled | failed), accepted_at, timings, audio_bytes,
                                        audio_frames, frames, bytes_sent, stop_reason, expires_at
+``ticket#``    ``ticket``              expires_at: a connect ticket used once (its ``jti``
++ jti                                  after ``ticket#``), refused if presented again
 =============  ======================  ========================================================
 
 ``expires_at`` (epoch seconds) is the TTL attribute: state disappears after a connection's

@@ -102,7 +102,10 @@ class KeptSpeechSession:
         return ReadySession(session, "opened", _ms_since(started), stale_discarded=stale)
 
     async def release(self, session: SpeechSession, reusable: bool) -> None:
-        """Keep ``session`` for the next turn if allowed and clean, else close it."""
+        """Keep ``session`` for the next turn if allowed and clean, else close it; one still
+        waiting for answers (its turn was cancelled or failed mid-speech, or the server stalled)
+        is aborted: nobody will read those answers, and a graceful close would wait for them,
+        up to the session's close timeout, holding the worker and the client's ``turn_end``."""
         keep = (
             self.policy.keep_warm
             and reusable
@@ -114,7 +117,10 @@ class KeptSpeechSession:
             self._kept = _Kept(session, asyncio.get_running_loop(), time.monotonic())
             return
         try:
-            await session.close()
+            if session.idle:
+                await session.close()
+            else:
+                await session.abort()
         except Exception:  # closing is best effort: the turn is already over
             logger.warning("closing the speech session failed", exc_info=True)
 

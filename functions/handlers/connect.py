@@ -8,12 +8,17 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.events import ConnectEvent
 from functions.observability import logger
+from functions.origins import origin_allowed
 from functions.wiring import Adapters, current_adapters
 
 
 def connect(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
     event = ConnectEvent.model_validate(raw)
     context = event.request_context
+    if not origin_allowed(event.headers, adapters.settings.allowed_origins):
+        # Also here, not only in the authorizer: a stack without tickets has no authorizer.
+        logger.info("connection refused: origin not allowed")
+        return {"statusCode": 403, "body": "this origin may not connect"}
     audio = (event.query_string_parameters or {}).get("audio", "binary")
     if audio not in ("binary", "base64"):
         logger.info("connection refused: bad audio parameter", audio=audio)

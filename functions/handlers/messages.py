@@ -110,6 +110,25 @@ def cancel(adapters: Adapters, url: str, connection_id: str, action: CancelActio
     logger.info("turn cancelled by the client", turn_id=active)
 
 
+def refuse_over_limit(
+    adapters: Adapters, url: str, connection_id: str, action: AskAction | SpeakAction,
+    turn_id: str,
+) -> None:  # fmt: skip
+    """The connection started its limit of turns this minute (or is gone): nothing is recorded
+    or started, and an active turn goes on."""
+    connection = adapters.store.get_connection(connection_id)
+    if connection is None or connection.status != "open":
+        logger.info("turn refused: connection not open", turn_id=turn_id)
+        return
+    limit = adapters.settings.max_turns_per_minute
+    send_error(
+        adapters, url, connection_id, ErrorCode.TOO_MANY_TURNS,
+        f"this connection started {limit} turns this minute, its limit; wait a little",
+        action.turn_id,
+    )  # fmt: skip
+    logger.info("turn refused: turns per minute", turn_id=turn_id, limit=limit)
+
+
 def start_turn(
     adapters: Adapters,
     url: str,
@@ -120,6 +139,11 @@ def start_turn(
     turn_id = action.turn_id or f"t-{uuid.uuid4().hex[:12]}"
     mode = action.mode if isinstance(action, AskAction) else "speak"
     try:
+        if not adapters.store.admit_turn(
+            connection_id, adapters.settings.max_turns_per_minute, now=accepted_at
+        ):
+            refuse_over_limit(adapters, url, connection_id, action, turn_id)
+            return
         turn, replaced = adapters.store.start_turn(connection_id, turn_id, mode, accepted_at)
     except DuplicateTurn:
         send_error(
@@ -129,6 +153,15 @@ def start_turn(
         return
     except ConnectionClosed:
         logger.info("turn refused: connection not open", turn_id=turn_id)
+        return
+    except (ClientError, BotoCoreError):
+        # DynamoDB failed past the client's retries (throttled, unavailable): a turn that is
+        # not recorded must not run, and the client hears why rather than nothing.
+        logger.exception("the turn could not be recorded", turn_id=turn_id)
+        send_error(
+            adapters, url, connection_id, ErrorCode.STATE_UNAVAILABLE,
+            "the session state could not be written; the turn was not started", action.turn_id,
+        )  # fmt: skip
         return
     if replaced is not None and adapters.store.cancel_turn(connection_id, replaced):
         logger.info("barge-in: previous turn cancelled", turn_id=replaced)

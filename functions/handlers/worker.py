@@ -139,6 +139,13 @@ async def run_job(
     if claim.verdict != ClaimVerdict.CLAIMED or claim.status != "running":
         await head.discard(adapters.speech_sessions)
     match claim.verdict:
+        case ClaimVerdict.ENDED if (
+            claim.claimed_by == invocation.request_id and not claim.end_recorded
+        ):
+            # Lambda's retry of this invocation, whose attempt died mid-turn; the turn was then
+            # cancelled (a cancel, a barge-in, a disconnect), which only writes the record:
+            # nobody told the client. Its turn_end, once (no second turn_start, nothing spoken).
+            return await end_told_late(job, adapters, invocation.request_id, claim.status)
         case ClaimVerdict.HELD | ClaimVerdict.ENDED | ClaimVerdict.UNKNOWN:
             # A second delivery of a job, or a retry of one that ended: never speak twice.
             logger.warning(
@@ -258,6 +265,8 @@ async def run_claimed(
         runner = TurnRunner(
             spec, relay, speech, stop.event, llm=llm, llm_request=llm_request, text=job.text,
             stop_failure=lambda: stop.failure,
+            speech_timeout=adapters.settings.speech_chunk_timeout_seconds,
+            max_speech_seconds=adapters.settings.max_speech_seconds_per_turn,
             **seed_baseline(adapters.settings),
         )  # fmt: skip
         outcome = await runner.run(tell_end=False)
@@ -345,6 +354,22 @@ async def end_unspoken(
     if record_error is not None:
         raise record_error
     return status
+
+
+async def end_told_late(
+    job: WorkerJob, adapters: Adapters, claimant: str, status: str | None
+) -> str:
+    """Record the end of a turn whose worker died and that was cancelled meanwhile (so a further
+    retry drops the job), then post its ``turn_end``: the client may be gone or have moved on to
+    a newer turn, and a client ignores a turn_end for a turn it already saw end."""
+    final = await asyncio.to_thread(
+        adapters.store.finish_turn, job.connection_id, job.turn_id,
+        status or "cancelled", _elapsed(job), {}, None, claimant,
+    )  # fmt: skip  # type: ignore[arg-type]
+    await _tell(_relay_for(job, adapters), [_turn_end(job, final)])
+    _publish_metrics(job, final, _elapsed(job), None)
+    logger.warning("a dead worker's cancelled turn told its end", status=final)
+    return final
 
 
 def _relay_for(job: WorkerJob, adapters: Adapters) -> Relay:

@@ -17,4 +17,5 @@ class SpeechServerError(SpeechSessionError):
 
 class SpeechStreamError(SpeechSessionError):
     """The stream itself failed: ``model_stream_error`` and ``internal_stream_failure`` (from
-    SageMaker), ``connection_closed`` (the server went away), ``connect_failed``."""
+    SageMaker), ``connection_closed`` (the server went away), ``connect_failed``,
+    ``response_timeout`` (a request's next event did not come in time: a stalled server)."""

@@ -130,18 +130,33 @@ class SpeechSession:
         await self._transport.send_message(json.dumps(message).encode())
         return request_id
 
-    async def events(self, request_id: str) -> AsyncIterator[SpeechEvent]:
+    async def events(
+        self, request_id: str, *, idle_timeout: float | None = None
+    ) -> AsyncIterator[SpeechEvent]:
         """This request's events in order, ending with ``SynthesisCompleted``.
 
         Raises ``SpeechServerError`` if the server answered with an error frame and
-        ``SpeechStreamError`` if the stream failed before the request completed.
+        ``SpeechStreamError`` if the stream failed before the request completed, or
+        (``response_timeout``) if ``idle_timeout`` seconds passed waiting for the request's next
+        event: its ``synthesis_start``, its first audio, the next audio or its completion. Only
+        the wait counts, not the time the caller spends between two events. The request stays
+        outstanding: a session that timed out is for ``abort``, not for another turn.
         """
         queue = self._queues.get(request_id)
         if queue is None:
             raise KeyError(f"no request {request_id!r} was sent on this session")
         try:
             while True:
-                item = await queue.get()
+                try:
+                    async with asyncio.timeout(idle_timeout):
+                        item = await queue.get()
+                except TimeoutError:
+                    raise SpeechStreamError(
+                        "response_timeout",
+                        f"{self.target} sent nothing for request {request_id} in "
+                        f"{idle_timeout:g} s",
+                        request_id,
+                    ) from None
                 if isinstance(item, SpeechSessionError):
                     raise item
                 yield item
@@ -341,7 +356,7 @@ class SpeechSession:
 def _json_object(text: str) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, a huge number, too deep
         return None
     return value if isinstance(value, dict) else None
 

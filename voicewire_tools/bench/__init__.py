@@ -12,6 +12,7 @@ BENCHMARKS = {
     "ttfa": "voicewire_tools.bench.ttfa",
     "floor": "voicewire_tools.bench.floor",
     "load": "voicewire_tools.bench.load",
+    "soak": "voicewire_tools.bench.soak",
     "stalls": "voicewire_tools.bench.stalls",
     "transport": "voicewire_tools.bench.transport",
     "engine": "voicewire_tools.bench.engine",

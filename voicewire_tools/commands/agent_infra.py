@@ -1,7 +1,8 @@
 """``agent-infra``: the agent side of a deployment (the WebSocket API and its functions).
 
     uv run agent-infra deploy|diff|synth|destroy --bedrock-model-id ID [--endpoint-name NAME]
-    uv run agent-infra token [--ttl 3600] [--principal NAME]
+        [--allowed-origins https://app.example.com]
+    uv run agent-infra token [--ttl 120] [--principal NAME]
     uv run agent-infra demo --url wss://... [--prompt ...] [--trials 3]
     uv run agent-infra check --url wss://abc123.execute-api.eu-west-1.amazonaws.com/prod \\
         [--token TOKEN] [--json report.json]
@@ -9,7 +10,7 @@
 ``deploy`` makes the token secret (an SSM SecureString, which CloudFormation cannot create) if
 the account has none yet, then deploys the VoiceApi stack. ``token`` mints a connection token
 from the deployed secret. ``demo`` runs ``voicewire demo``'s bidi-vs-batch comparison against the
-deployed API (with a fresh token unless the URL has one).
+deployed API (a fresh ticket for each connection unless the URL has one).
 
 ``check`` verifies from outside, in a few seconds, what only a real deployment can show
 (``voicewire_tools.commands.deployment_check``). It works against the local stack too
@@ -23,9 +24,11 @@ import asyncio
 import json
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from botocore.exceptions import BotoCoreError
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
 from voicewire_tools.commands.cdk_runner import InfraError, check_account, check_node, run_cdk
@@ -43,8 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
             help="the Bedrock model (or inference profile) the agent uses",
         )  # fmt: skip
         infra.add_argument("--endpoint-name", help="the speech endpoint (voicewire-kokoro-82m)")
+        infra.add_argument(
+            "--allowed-origins",
+            help="comma-separated browser origins that may connect (default: any)",
+        )
     token = commands.add_parser("token", help="mint a connection token from the deployed secret")
-    token.add_argument("--ttl", type=int, default=3600, help="seconds the token stays valid")
+    token.add_argument(
+        "--ttl", type=int, default=120, help="seconds the ticket stays valid (at most 600)"
+    )
     token.add_argument("--principal", default="agent-infra", help="who the token names")
     demo = commands.add_parser("demo", help="bidi vs batch against a deployed API")
     demo.add_argument("--url", required=True, help="the API's wss:// URL (the stage URL)")
@@ -82,11 +91,9 @@ def ensure_token_secret(region: str) -> bool:
         return True
 
 
-def deployed_token(ttl: int, principal: str) -> str:
+def deployed_secret() -> str:
     import boto3
     from botocore.exceptions import ClientError
-
-    from functions.auth_tokens import mint_token
 
     try:
         parameter = boto3.client("ssm").get_parameter(
@@ -97,7 +104,34 @@ def deployed_token(ttl: int, principal: str) -> str:
             f"the token secret {TOKEN_SECRET_PARAMETER} cannot be read ({error}): deploy first "
             "(agent-infra deploy), with credentials of the same account and region"
         ) from None
-    return mint_token(parameter["Parameter"]["Value"], principal, ttl)
+    return str(parameter["Parameter"]["Value"])
+
+
+def deployed_token(ttl: int, principal: str) -> str:
+    """One connect ticket, good for one connection within ``ttl`` seconds (at most 600)."""
+    from functions.auth_tokens import mint_token
+
+    return mint_token(deployed_secret(), principal, ttl)
+
+
+def ticket_minter(principal: str) -> Callable[[], str | None]:
+    """A fresh connect ticket per call, from the deployed secret (read at the first call). An
+    API without tickets (the local stack) needs none: when the secret cannot be read (no
+    deployment, no credentials), it says so once and gives None, and connections go without."""
+    from functions.auth_tokens import mint_token
+
+    secret: list[str | None] = []
+
+    def mint() -> str | None:
+        if not secret:
+            try:
+                secret.append(deployed_secret())
+            except (InfraError, BotoCoreError) as error:
+                print(f"connecting without a ticket: {error}", file=sys.stderr)
+                secret.append(None)
+        return mint_token(secret[0], principal) if secret[0] else None
+
+    return mint
 
 
 def with_token(url: str, token: str) -> str:
@@ -113,6 +147,8 @@ def infra(args: argparse.Namespace) -> int:
         context["bedrock_model_id"] = args.bedrock_model_id
     if args.endpoint_name:
         context["speech_endpoint_name"] = args.endpoint_name
+    if args.allowed_origins:
+        context["allowed_origins"] = args.allowed_origins
     needs_account = args.command != "synth"
     if args.command == "deploy":
         check_node()
@@ -131,22 +167,28 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(deployed_token(args.ttl, args.principal))
             return
         if args.command == "demo":
-            url = args.url
-            if "token=" not in url:
-                url = with_token(url, deployed_token(3600, "agent-infra-demo"))
-            from voicewire_tools.cli import main as voicewire_main
+            from voicewire_tools.cli import build_parser as voicewire_parser
+            from voicewire_tools.commands import demo
 
-            demo = ["demo", "--url", url, "--trials", str(args.trials), "--out-dir", args.out_dir]
-            demo += ["--prompt", args.prompt] if args.prompt else []
-            demo += ["--json", args.json] if args.json else []
-            voicewire_main(demo)
+            argv = ["demo", "--url", args.url, "--trials", str(args.trials)]
+            argv += ["--out-dir", args.out_dir]
+            argv += ["--prompt", args.prompt] if args.prompt else []
+            argv += ["--json", args.json] if args.json else []
+            demo_args = voicewire_parser().parse_args(argv)
+            if "token=" not in args.url:  # a ticket per connection, minted from the secret
+                demo_args.ticket_minter = ticket_minter("agent-infra-demo")
+            demo.run(demo_args)
             return
     except InfraError as error:
         sys.exit(f"agent-infra {args.command}: {error}")
     from voicewire_tools.commands.deployment_check import ASK_PROMPT, CheckFailed, check, render
 
     try:
-        report = asyncio.run(check(args.url, args.token, args.prompt or ASK_PROMPT))
+        # A ticket opens one connection and the check opens several: without --token, one is
+        # minted per connection from the deployed secret.
+        given = args.token or "token=" in args.url
+        mint = None if given else ticket_minter("agent-infra-check")
+        report = asyncio.run(check(args.url, args.token, args.prompt or ASK_PROMPT, mint=mint))
     except CheckFailed as error:
         sys.exit(f"agent-infra check: {error}")
     print(render(report))

@@ -13,11 +13,12 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from voicewire.turn_client import TurnResult, run_turn
+from voicewire_tools.commands.deployment_check import with_query
 
 DEFAULT_PROMPT = "Why does streaming make voice agents feel faster?"
 MODES = ("bidi", "batch")
@@ -66,15 +67,20 @@ Results = dict[str, dict[str, list[TurnResult]]]  # link -> mode -> trials
 
 
 async def run_trials(
-    url: str, prompt: str, trials: int, links: tuple[str, ...], stack: Any
+    url: str | Callable[[], str], prompt: str, trials: int, links: tuple[str, ...], stack: Any
 ) -> Results:
+    """``url``: the client link, or a function giving one per connection (a connect ticket
+    opens one connection: ``agent-infra demo`` mints a ticket per turn)."""
     results: Results = {link: {mode: [] for mode in MODES} for link in links}
     for trial in range(trials):
         for link in links:  # interleaved, so drift affects every link and mode alike
             if stack is not None and stack.options.speech_link != link:
                 await asyncio.to_thread(stack.use_speech_link, link)
             for mode in MODES:
-                result = await run_turn(url, {"action": "ask", "prompt": prompt, "mode": mode})
+                connection_url = url() if callable(url) else url
+                result = await run_turn(
+                    connection_url, {"action": "ask", "prompt": prompt, "mode": mode}
+                )
                 if result.status != "complete":
                     raise RuntimeError(
                         f"{mode} trial {trial + 1} ended {result.status}: {result.errors}"
@@ -95,7 +101,11 @@ def run(args: argparse.Namespace) -> None:
         with target(args.url, args) as (url, stack):
             where = f"speech link {', '.join(links)}" if stack is not None else url
             print(f"prompt: {args.prompt!r}; {args.trials} trials per mode ({where})")
-            results = asyncio.run(run_trials(url, args.prompt, args.trials, links, stack))
+            minter = getattr(args, "ticket_minter", None)  # set by agent-infra demo
+            urls: str | Callable[[], str] = (
+                (lambda: with_query(url, token=minter() or None)) if minter is not None else url
+            )
+            results = asyncio.run(run_trials(urls, args.prompt, args.trials, links, stack))
             link_costs = _measure_links(stack, links) if len(links) > 1 else []
     except Exception as error:
         sys.exit(f"voicewire demo: {error}")

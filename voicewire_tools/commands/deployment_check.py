@@ -22,6 +22,7 @@ import asyncio
 import base64
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -155,16 +156,31 @@ def _json(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-async def check(url: str, token: str | None = None, prompt: str = ASK_PROMPT) -> CheckReport:
-    """Run the three checks against a client-link URL (``wss://.../stage``)."""
-    base = with_query(url, token=token)
+async def check(
+    url: str,
+    token: str | None = None,
+    prompt: str = ASK_PROMPT,
+    mint: Callable[[], str | None] | None = None,
+) -> CheckReport:
+    """Run the three checks against a client-link URL (``wss://.../stage``). Each check opens a
+    connection, and a connect ticket opens one: ``mint`` gives a fresh ticket for each (else
+    ``token``, or the URL's own, is used for all, which a ticket-checking API refuses after the
+    first)."""
     report = CheckReport(url=url)
-    report.plain = report.speak = await probe_turn(base, {"action": "speak", "text": SPEAK_TEXT})
+
+    def ticketed(**query: str) -> str:
+        return with_query(url, token=(mint() if mint is not None else None) or token, **query)
+
+    report.plain = report.speak = await probe_turn(
+        ticketed(), {"action": "speak", "text": SPEAK_TEXT}
+    )
     report.binary_audio = report.plain.audio_delivery == "binary"
-    delivery = base
+    delivery: dict[str, str] = {}
     if not report.binary_audio:
-        delivery = with_query(base, audio="base64")
-        report.speak = await probe_turn(delivery, {"action": "speak", "text": SPEAK_TEXT})
+        delivery = {"audio": "base64"}
+        report.speak = await probe_turn(
+            ticketed(**delivery), {"action": "speak", "text": SPEAK_TEXT}
+        )
         report.base64_audio = report.speak.audio_delivery == "base64"
         if not report.base64_audio:
             report.problems.append("no audio arrived, with or without ?audio=base64")
@@ -172,7 +188,9 @@ async def check(url: str, token: str | None = None, prompt: str = ASK_PROMPT) ->
         report.problems.append(_turn_problem("speak", report.speak))
         return report
     for mode in ("bidi", "batch"):
-        probe = await probe_turn(delivery, {"action": "ask", "prompt": prompt, "mode": mode})
+        probe = await probe_turn(
+            ticketed(**delivery), {"action": "ask", "prompt": prompt, "mode": mode}
+        )
         setattr(report, mode, probe)
         if probe.status != "complete" or probe.first_audio_ms is None:
             report.problems.append(_turn_problem(f"ask ({mode})", probe))

@@ -5,7 +5,9 @@ Events are replayed in order against one in-memory state (moto's DynamoDB and SS
 ``connect.json ask_bidi.json cancel.json`` plays a short session. Posts to ``@connections`` and
 the worker's asynchronous invocation are recorded and printed, not delivered: no client is
 connected and no speech server is needed. Authorizer events are checked against the sample secret
-``events/apigw`` was signed with, unless ``--token-secret`` says otherwise.
+``events/apigw`` was signed with, unless ``--token-secret`` says otherwise, and at the samples'
+request time, when their two-minute tickets were valid, unless ``--at`` gives another (``--at 0``:
+now).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 SAMPLE_SECRET = "voicewire-sample-secret-do-not-deploy"
+SAMPLE_TIME = 1795939230.0  # the sample events' request time (events/apigw/make_events.py)
 
 
 class RecordingPoster:
@@ -99,6 +102,8 @@ def run(args: argparse.Namespace) -> None:
         adapters.management_client_for = lambda url: poster
         adapters.lambda_client = invoker
         adapters.token_secret = lambda: args.token_secret
+        if args.at:
+            adapters.clock = lambda: float(args.at)
         previous = use_adapters(adapters)
         functions = LocalFunctions()
         try:

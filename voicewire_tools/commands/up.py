@@ -40,6 +40,12 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         help="handle a connection's messages one at a time (API Gateway does not)",
     )
     parser.add_argument(
+        "--allowed-origins",
+        default="",
+        help="comma-separated browser origins that may connect, e.g. https://app.example.com "
+        "(default: any; clients without an Origin header are not browsers and are let through)",
+    )
+    parser.add_argument(
         "--post-latency-ms",
         type=float,
         default=0.0,
@@ -48,6 +54,7 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def stack_options(args: argparse.Namespace, port: int) -> object:
+    from functions.settings import parse_origins
     from voicewire_tools.local_stack.stack import StackOptions
 
     return StackOptions(
@@ -59,6 +66,7 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         bedrock_model_id=args.bedrock_model_id,
         dynamodb_endpoint=args.dynamodb_endpoint,
         tokens=getattr(args, "tokens", False),
+        allowed_origins=parse_origins(args.allowed_origins),
         engine=EngineSettings.from_env(engine=args.engine, voice=args.voice),
         ordered_messages=args.ordered_messages,
         post_latency_ms=args.post_latency_ms,
@@ -113,10 +121,18 @@ def run(args: argparse.Namespace) -> None:
         else "replay of the recordings in events/llm"
     )
     token = f"?token={stack.token()}" if options.tokens else ""
+    tickets = (
+        f"  tickets     curl -X POST -H 'Authorization: Bearer {stack.api_key}' "
+        f"{stack.base_url}/tickets\n"
+        "              (each ticket opens one connection within 2 minutes)\n"
+        if options.tokens
+        else ""
+    )
     print(
         "\nvoicewire local stack is up\n"
         f"  page        {stack.base_url}/\n"
         f"  websocket   {stack.ws_url}{token}\n"
+        f"{tickets}"
         f"  management  {stack.base_url}/@connections/{{connectionId}}\n"
         f"  speech      {_speech_line(stack)}\n"
         f"  llm         {llm}\n"

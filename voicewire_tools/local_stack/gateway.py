@@ -10,7 +10,8 @@ the ``@connections`` management API, so the functions' boto3 code runs unchanged
   never valid UTF-8); 410 ``GoneException`` for a closed or unknown connection, 413
   ``PayloadTooLargeException`` over 128 KB. ``GET`` returns the connection's info, ``DELETE``
   closes it.
-- ``GET /``: the browser page (``web/index.html``).
+- ``GET /``: the browser page (``web/index.html``); ``GET /{name}`` the files it loads from its
+  own folder (``app.js``, ``style.css``, ...), nothing else: a static host's view of ``web/``.
 
 As unkind as AWS, by default: the messages of one connection are handled concurrently (API
 Gateway invokes the route's function for each message as it arrives, and nothing orders two
@@ -27,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,6 +52,9 @@ STAGE = "local"
 METHOD_ARN = f"arn:aws:execute-api:local:000000000000:{API_ID}/{STAGE}/$connect"
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
+
+# The page's own files, by name: one folder deep, no dot files, only what a page loads.
+PAGE_ASSET = re.compile(r"[a-z][a-z0-9_-]*\.(?:js|css|svg|png|ico)")
 
 
 @dataclass
@@ -127,8 +132,10 @@ class Gateway:
         page: Path | None = None,
         ordered_messages: bool = False,
         post_faults: PostFaults | None = None,
+        extra_routes: list[Route] | None = None,
     ) -> None:
         self.functions = functions
+        self.extra_routes = extra_routes or []
         self.page = page
         self.ordered_messages = ordered_messages
         self.post_faults = post_faults or PostFaults()
@@ -145,6 +152,8 @@ class Gateway:
                     self.management,
                     methods=["POST", "GET", "DELETE"],
                 ),
+                *self.extra_routes,
+                Route("/{name}", self.asset, methods=["GET"]),  # last: every other route first
             ]
         )
 
@@ -152,6 +161,16 @@ class Gateway:
         if self.page is None or not self.page.is_file():
             return PlainTextResponse("voicewire local stack: WebSocket at /ws\n")
         return FileResponse(self.page)
+
+    async def asset(self, request: Request) -> Response:
+        """A file next to the page (its scripts and style), as a static host would serve it."""
+        name = request.path_params["name"]
+        if self.page is None or not PAGE_ASSET.fullmatch(name):
+            return PlainTextResponse("Not Found", 404)
+        path = self.page.parent / name
+        if not path.is_file():
+            return PlainTextResponse("Not Found", 404)
+        return FileResponse(path)
 
     # --- the client side ------------------------------------------------------------------
 
@@ -172,6 +191,7 @@ class Gateway:
                 {
                     "type": "REQUEST",
                     "methodArn": METHOD_ARN,
+                    "headers": dict(websocket.headers),
                     "queryStringParameters": query,
                 },
             )

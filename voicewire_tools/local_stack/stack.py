@@ -22,6 +22,9 @@ from typing import Any, Literal
 import boto3
 import httpx
 import uvicorn
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from speech_server.server import bind_socket
 from speech_server.settings import EngineSettings
@@ -51,7 +54,8 @@ class StackOptions:
     keep_speech_sessions: bool = True  # the worker keeps a session warm between turns
     bedrock_model_id: str | None = None  # None: the replay LLM
     dynamodb_endpoint: str | None = None  # None: an embedded moto server
-    tokens: bool = False  # require a signed ?token= on connect (the authorizer runs)
+    tokens: bool = False  # require a connect ticket as ?token= (the authorizer runs)
+    allowed_origins: frozenset[str] | None = None  # browser origins that may connect (None: any)
     engine: EngineSettings = field(default_factory=EngineSettings)
     llm_pace: float = 1.0  # replay LLM: 1.0 plays recordings at their recorded pace
     # As unkind as AWS (see gateway.py and lambdas.py): messages of a connection handled
@@ -93,6 +97,8 @@ class LocalStack:
         self.options = options
         self.progress = progress
         self.token_secret = secrets.token_urlsafe(32)
+        # What an application's backend would hold: the key that ``POST /tickets`` asks for.
+        self.api_key = secrets.token_urlsafe(24)
         self._servers: list[RunningServer] = []
         self._moto: Any = None
         self._speech_process: subprocess.Popen[str] | None = None
@@ -126,9 +132,22 @@ class LocalStack:
         return self._runtime.endpoint_url if self._runtime is not None else ""
 
     def token(self, principal: str = "local-user") -> str:
+        """A connect ticket: good for one connection within two minutes."""
         from functions.auth_tokens import mint_token
 
         return mint_token(self.token_secret, principal)
+
+    async def mint_ticket(self, request: Request) -> Response:
+        """``POST /tickets`` (with ``--tokens``): the local stand-in for an application's
+        backend, which mints a ticket per connection for a caller it trusts. The caller proves
+        itself with ``Authorization: Bearer <api key>`` (a header, never a URL)."""
+        from functions.auth_tokens import DEFAULT_TTL_SECONDS
+
+        given = request.headers.get("authorization", "")
+        if not secrets.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):
+            return JSONResponse({"message": "a valid Authorization: Bearer key is needed"}, 401)
+        principal = request.query_params.get("principal", "local-user")[:128]
+        return JSONResponse({"token": self.token(principal), "expires_in": DEFAULT_TTL_SECONDS})
 
     # --- life cycle -----------------------------------------------------------------------
 
@@ -195,6 +214,7 @@ class LocalStack:
             system_prompt="You are a helpful voice assistant. Answer in short spoken sentences.",
             speech_session_reuse=options.keep_speech_sessions,
             region=REGION,
+            allowed_origins=options.allowed_origins,
         )
         self.functions = LocalFunctions(AsyncBehaviour(retry_delays=options.async_retry_delays))
         adapters = Adapters(
@@ -226,6 +246,9 @@ class LocalStack:
             page=PAGE,
             ordered_messages=options.ordered_messages,
             post_faults=PostFaults(latency_seconds=options.post_latency_ms / 1000),
+            extra_routes=(
+                [Route("/tickets", self.mint_ticket, methods=["POST"])] if options.tokens else []
+            ),
         )
         self.gateway = gateway
         self._servers.append(
