@@ -1,16 +1,40 @@
-"""The browser page, driven in Debian's Chromium by Playwright: connect, ask, hear the answer."""
+"""The browser page (web/), driven in Debian's Chromium by Playwright against the local stack:
+connect, ask in bidi and in batch, hear the answer, see where the time goes; Stop and barge-in;
+what the page says about a bad URL, a dropped connection and a refused ticket.
+
+The replay LLM answers "Hello, who are you?" with its short recording (two sentences) and
+"Tell me a story" with its default one (about 4 s of text), so each turn costs little speech on
+a CPU. The page reports what its player did in ``window.voicewireStats``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import json
 import shutil
+import threading
+from collections.abc import AsyncIterator, Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 from required_tools import needs
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = needs("chromium")
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOT = ROOT / "docs" / "images" / "browser.png"
+SHORT_ANSWER = "Hello! I'm voicewire, the voice of your agent. Ask me anything."
+TURN = 120_000  # ms: a turn's wait, generous for a loaded 2-core machine
+
+STATE = "document.getElementById('status').dataset.state"
+STATS = "() => ({...window.voicewireStats})"
 
 
-async def test_the_page_asks_and_schedules_the_answers_audio(stack):
+@contextlib.asynccontextmanager
+async def chromium_page(errors: list[str]) -> AsyncIterator[object]:
+    """A fresh headless Chromium (fresh storage) with one page; uncaught errors go to errors."""
     from playwright.async_api import async_playwright
 
     async with async_playwright() as playwright:
@@ -24,32 +48,317 @@ async def test_the_page_asks_and_schedules_the_answers_audio(stack):
             ],
         )
         try:
-            page = await browser.new_page()
-            errors: list[str] = []
+            page = await browser.new_page(viewport={"width": 1100, "height": 900})
             page.on("pageerror", lambda error: errors.append(str(error)))
-            await page.goto(f"{stack.base_url}/")
-            assert await page.input_value("#url") == stack.ws_url  # defaults to its own /ws
-            await page.click("#connect")
-            await page.wait_for_function(
-                "document.getElementById('status').textContent === 'connected'"
+            # The page runs under voicewire/page_headers.py's policy: nothing may be refused.
+            page.on(
+                "console",
+                lambda message: (
+                    errors.append(message.text)
+                    if "Content Security Policy" in message.text
+                    else None
+                ),
             )
-            # The page asks for the voices on connect and offers them, the default selected.
-            await page.wait_for_function("document.querySelectorAll('#voice option').length > 50")
-            assert await page.input_value("#voice") == "af_heart"
-            british = await page.eval_on_selector(
-                "#voice optgroup[label='British English']", "g => g.children.length"
-            )
-            assert british == 8
-            await page.fill("#prompt", "Hello, who are you?")
-            await page.click("#ask")
-            await page.wait_for_function(
-                "document.getElementById('log').textContent.includes('turn_end')", timeout=120_000
-            )
-            log = await page.inner_text("#log")
-            status = await page.inner_text("#status")
+            yield page
         finally:
             await browser.close()
+
+
+async def until(page, expression: str, within_ms: float = 30_000) -> None:
+    """Until a JavaScript expression is true. As a function, not a string to evaluate: the
+    page's Content-Security-Policy forbids eval, and Playwright would eval a bare string."""
+    await page.wait_for_function(f"() => ({expression})", timeout=within_ms)
+
+
+async def connect(page, url: str | None = None, token: str | None = None) -> None:
+    if url is not None:
+        await page.fill("#url", url)
+    if token is not None:
+        await page.fill("#token", token)
+    await page.click("#connect")
+
+
+async def wait_open(page) -> None:
+    await until(page, f"{STATE} === 'open'")
+
+
+async def wait_turn(page, row: int, status: str = "complete") -> None:
+    """Until history row `row` (1-based) has its turn_end with this status."""
+    await until(
+        page,
+        f"document.querySelector('#history tbody tr:nth-child({row})')?.dataset.status"
+        f" === '{status}'",
+        within_ms=TURN,
+    )
+
+
+async def test_the_page_asks_in_bidi_and_batch_and_shows_where_the_time_goes(stack):
+    errors: list[str] = []
+    async with chromium_page(errors) as page:
+        await page.goto(f"{stack.base_url}/")
+        assert await page.input_value("#url") == stack.ws_url  # defaults to its own /ws
+        await connect(page)
+        await wait_open(page)
+        assert await page.inner_text("#status") == "open"
+        # The page asks for the voices on connect and offers them, the default selected.
+        await until(page, "document.querySelectorAll('#voice option').length > 50")
+        assert await page.input_value("#voice") == "af_heart"
+        british = await page.eval_on_selector(
+            "#voice optgroup[label='British English']", "g => g.children.length"
+        )
+        assert british == 8
+
+        # bidi: the answer is heard while it is written; Enter in the prompt asks.
+        await page.fill("#prompt", "Hello, who are you?")
+        await page.press("#prompt", "Enter")
+        # The sentence being heard is highlighted while its audio plays.
+        await page.wait_for_selector("#transcript .sentence.speaking", timeout=TURN)
+        await wait_turn(page, 1)
+        await until(page, "/^\\d+$/.test(document.getElementById('ttfa').textContent)")
+        bidi_ttfa = int(await page.inner_text("#ttfa"))
+        stats = await page.evaluate(STATS)
+        assert stats["turn"] == 1 and stats["framesDecoded"] > 0
+        assert stats["secondsScheduled"] > 2.0  # the answer's audio went to the speakers
+        transcript = " ".join((await page.inner_text("#transcript")).split())
+        assert transcript == SHORT_ANSWER
+        spoken = await page.eval_on_selector_all("#transcript .sentence", "s => s.length")
+        assert spoken >= 2  # each sentence cut for speech is found in the written text
+        server_audio = await page.inner_text("#server-audio")
+        assert server_audio.endswith(" ms")  # the server's own timings, from its turn_end
+        assert 0 < bidi_ttfa < TURN
+
+        # batch: the same question, spoken after the whole answer is written.
+        await page.select_option("#mode", "batch")
+        await page.click("#ask")
+        await wait_turn(page, 2)
+        rows = await page.eval_on_selector_all(
+            "#history tbody tr", "rows => rows.map(r => [r.dataset.mode, r.dataset.status])"
+        )
+        assert rows == [["bidi", "complete"], ["batch", "complete"]]
+        assert (await page.evaluate(STATS))["turn"] == 2
+        compare = await page.inner_text("#compare")
+        assert "bidi: first audio heard" in compare and "batch: first audio heard" in compare
+        # The chart draws the batch turn over the bidi one, each with its playback.
+        titles = await page.eval_on_selector_all(
+            "#timeline .turn-title", "t => t.map(e => e.textContent)"
+        )
+        assert [title.split(" · ")[1] for title in titles] == ["batch", "bidi"]
+        assert await page.eval_on_selector_all("#timeline .lane-play.mark", "r => r.length") >= 2
+        SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+        await page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert errors == []
-    assert "first audio frame" in log and '"Hello!"' in log
-    scheduled = float(status.split(", ")[1].split(" s ")[0])
-    assert scheduled > 2.0  # the answer's audio went to the speakers, not just the log
+
+
+async def test_stop_silences_the_turn_at_once_and_a_new_ask_barges_in(stack):
+    errors: list[str] = []
+    async with chromium_page(errors) as page:
+        await page.goto(f"{stack.base_url}/")
+        await connect(page)
+        await wait_open(page)
+        await page.fill("#prompt", "Tell me a story")  # the long default answer
+        await page.click("#ask")
+        await until(page, "window.voicewireStats.secondsScheduled > 0", within_ms=TURN)
+        await page.keyboard.press("Escape")  # Stop
+        stopped = await page.evaluate(STATS)
+        assert stopped["playing"] == 0  # every scheduled source stopped
+        await wait_turn(page, 1, "cancelled")  # the server ended the turn: cancelled
+        await asyncio.sleep(1.0)  # frames of the turn already on their way are dropped
+        later = await page.evaluate(STATS)
+        assert later["secondsScheduled"] == stopped["secondsScheduled"]
+        assert later["framesDecoded"] == stopped["framesDecoded"]
+        assert await page.is_disabled("#cancel")
+
+        # A new ask while an answer plays replaces it: the old turn is cancelled, unheard.
+        await page.click("#ask")
+        await until(
+            page,
+            f"window.voicewireStats.secondsScheduled > {later['secondsScheduled']}",
+            within_ms=TURN,
+        )
+        await page.fill("#prompt", "Hello, who are you?")
+        await page.press("#prompt", "Enter")
+        await wait_turn(page, 3)
+        await wait_turn(page, 2, "cancelled")
+        assert (await page.evaluate(STATS))["turn"] == 3
+        transcript = " ".join((await page.inner_text("#transcript")).split())
+        assert transcript == SHORT_ANSWER  # the new turn's text only
+    assert errors == []
+
+
+async def test_the_status_says_what_went_wrong_and_a_dropped_connection_comes_back(stack):
+    from conftest import free_port
+
+    errors: list[str] = []
+    async with chromium_page(errors) as page:
+        await page.goto(f"{stack.base_url}/")
+        await connect(page, "not a url")
+        await until(page, f"{STATE} === 'error'")
+        assert "is not a URL" in await page.inner_text("#status")
+        await connect(page, "http://127.0.0.1/ws")
+        assert "must start with ws:// or wss://" in await page.inner_text("#status")
+
+        nobody = f"ws://127.0.0.1:{free_port()}/ws"
+        await connect(page, nobody)
+        await until(page, f"{STATE} === 'error'")
+        status = await page.inner_text("#status")
+        assert status.startswith("could not connect (1006)") and "ticket" in status
+        await asyncio.sleep(1.5)  # a first attempt that fails is not retried: nothing to fix
+        assert await page.evaluate(STATE) == "error"
+
+        # The gateway drops a connection that sends a frame over 32 KB (1009): the page says
+        # why and reconnects by itself.
+        await connect(page, stack.ws_url)
+        await wait_open(page)
+        await page.evaluate("document.getElementById('prompt').value = 'a'.repeat(40000)")
+        await page.click("#ask")
+        await until(page, f"{STATE} === 'reconnecting'")
+        assert "closed (1009" in await page.inner_text("#status")
+        await wait_open(page)
+        rows = await page.eval_on_selector_all(
+            "#history tbody tr", "r => r.map(e => e.dataset.status)"
+        )
+        assert rows == ["connection lost"]
+
+        # Audio as base64 text frames (?audio=base64), and Speak this text (no LLM).
+        await page.check("#base64")
+        await connect(page)
+        await wait_open(page)
+        await page.fill("#prompt", "Hi there.")
+        await page.click("#speak")
+        await wait_turn(page, 2)
+        assert (await page.evaluate(STATS))["framesDecoded"] > 0
+        assert (await page.inner_text("#transcript")).strip() == "Hi there."
+        assert "audio=base64" in page.url
+
+        # The rules behind the status line, as the page's module has them.
+        rules = await page.evaluate(
+            """async () => {
+                const c = await import('./connection.js');
+                return {
+                    idle: c.explainClose(1001, 'Going away', {opened: true, ticket: false}),
+                    spent: c.explainClose(1006, '', {opened: false, ticket: true}),
+                    first: c.backoffDelay(0, () => 1),
+                    capped: c.backoffDelay(12, () => 1),
+                    url: c.connectUrl('wss://api.example/prod', 'T.K', true),
+                    shown: c.shownUrl('wss://api.example/prod?token=T.K'),
+                };
+            }"""
+        )
+    assert "idle for 10 minutes" in rules["idle"]
+    assert "ticket may be used up or expired" in rules["spent"]
+    assert (rules["first"], rules["capped"]) == (500, 15000)
+    assert rules["url"] == "wss://api.example/prod?token=T.K&audio=base64"
+    assert "T.K" not in rules["shown"]
+    assert errors == []
+
+
+async def test_a_ticketed_stack_refuses_the_page_without_a_ticket_and_says_why():
+    from voicewire_tools.local_stack.stack import LocalStack, StackOptions
+
+    local = LocalStack(
+        StackOptions(port=0, speech_port=0, runtime_port=0, tokens=True), lambda line: None
+    )
+    await asyncio.to_thread(local.start)
+    errors: list[str] = []
+    try:
+        async with chromium_page(errors) as page:
+            await page.goto(f"{local.base_url}/")
+            await connect(page)
+            await until(page, f"{STATE} === 'error'")
+            status = await page.inner_text("#status")
+            assert status.startswith("could not connect (1006)")
+            assert "if the API needs a connect ticket, paste one in Ticket" in status
+
+            ticket = local.token()
+            await connect(page, token=ticket)
+            await wait_open(page)
+            assert "token=" in page.url  # kept in the page's own address, after the #
+            await page.click("#disconnect")
+            await until(page, f"{STATE} === 'closed'")
+            await connect(page)  # the same ticket again: it opened its one connection
+            await until(page, f"{STATE} === 'error'")
+            status = await page.inner_text("#status")
+            assert status.startswith("refused (1006): the connect ticket may be used up")
+            assert "paste it in Ticket" in status
+    finally:
+        await asyncio.to_thread(local.stop)
+    assert errors == []
+
+
+async def test_the_page_reads_at_phone_width_and_every_control_is_labelled_and_reachable(stack):
+    errors: list[str] = []
+    async with chromium_page(errors) as page:
+        await page.set_viewport_size({"width": 360, "height": 740})
+        await page.goto(f"{stack.base_url}/")
+        # The keyboard reaches the controls in reading order, and focus is drawn.
+        order = []
+        for _ in range(8):
+            await page.keyboard.press("Tab")
+            order.append(
+                await page.evaluate("document.activeElement.id || document.activeElement.className")
+            )
+        assert order[:5] == ["skip", "url", "token", "base64", "connect"]
+        ring = await page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
+        assert ring == "solid"
+        await connect(page)
+        await wait_open(page)
+        await page.fill("#prompt", "Hello, who are you?")
+        await page.press("#prompt", "Enter")
+        await wait_turn(page, 1)
+        # Nothing is wider than a phone: wide tables scroll inside their own box.
+        overflow = await page.evaluate(
+            "document.documentElement.scrollWidth - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0
+        # Every control has a name a screen reader can say.
+        unnamed = await page.eval_on_selector_all(
+            "input, select, textarea, button",
+            """controls => controls.filter(c => !(
+                (c.id && document.querySelector(`label[for="${c.id}"]`)) ||
+                c.getAttribute('aria-label') || c.textContent.trim()
+            )).map(c => c.outerHTML)""",
+        )
+        assert unnamed == []
+    assert errors == []
+
+
+@contextlib.contextmanager
+def static_host(folder: Path) -> Iterator[str]:
+    """A plain static web server for a folder (Python's own), on a free loopback port."""
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(folder))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_any_static_host_serves_the_page_and_its_config_names_the_api(stack, tmp_path):
+    # What the VoicePage stack publishes: web/ as it is, and a config.json naming the API.
+    # Here the API is on another origin than the page, as a deployment's is.
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "web", site)
+    (site / "config.json").write_text(json.dumps({"url": stack.ws_url}))
+    errors: list[str] = []
+    with static_host(site) as origin:
+        async with chromium_page(errors) as page:
+            await page.goto(f"{origin}/")
+            await until(
+                page, f"document.getElementById('url').value === {json.dumps(stack.ws_url)}"
+            )
+            await connect(page)
+            await wait_open(page)
+            await page.fill("#prompt", "Hi there.")
+            await page.click("#speak")
+            await wait_turn(page, 1)
+            assert (await page.evaluate(STATS))["framesDecoded"] > 0
+            # A URL the person gave wins over the host's: it is kept in the page's address.
+            await page.fill("#url", f"{stack.ws_url}?")
+            await connect(page)
+            await wait_open(page)
+            await page.reload()
+            assert await page.input_value("#url") == f"{stack.ws_url}?"
+    assert errors == []

@@ -232,8 +232,18 @@ async def test_invalid_messages_get_error_frames_and_the_connection_stays(stack)
 def test_the_page_is_served(stack):
     import httpx
 
+    from voicewire.page_headers import CONTENT_SECURITY_POLICY
+
     page = httpx.get(f"{stack.base_url}/")
     assert page.status_code == 200 and "0xA1" in page.text
+    # Its files, under the policy a deployment's CloudFront sends; nothing else of the disk.
+    script = httpx.get(f"{stack.base_url}/app.js")
+    assert script.status_code == 200 and "import" in script.text
+    for response in (page, script):
+        assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert response.headers["referrer-policy"] == "no-referrer"
+    for outside in ("/pyproject.toml", "/..%2Fpyproject.toml", "/config.json", "/.env"):
+        assert httpx.get(f"{stack.base_url}{outside}").status_code == 404
 
 
 def test_replay_runs_every_sample_event():

@@ -43,6 +43,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voicewire.client_protocol import CLIENT_ACTIONS, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES
+from voicewire.page_headers import SECURITY_HEADERS
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +161,7 @@ class Gateway:
     async def index(self, request: Request) -> Response:
         if self.page is None or not self.page.is_file():
             return PlainTextResponse("voicewire local stack: WebSocket at /ws\n")
-        return FileResponse(self.page)
+        return FileResponse(self.page, headers=SECURITY_HEADERS)
 
     async def asset(self, request: Request) -> Response:
         """A file next to the page (its scripts and style), as a static host would serve it."""
@@ -170,7 +171,7 @@ class Gateway:
         path = self.page.parent / name
         if not path.is_file():
             return PlainTextResponse("Not Found", 404)
-        return FileResponse(path)
+        return FileResponse(path, headers=SECURITY_HEADERS)
 
     # --- the client side ------------------------------------------------------------------
 

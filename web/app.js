@@ -1,0 +1,568 @@
+// The page: connect, ask, hear the answer as it is written, and see where each turn's time
+// went. The modules beside this one hold the parts: connection.js (the WebSocket), player.js
+// (Web Audio), transcript.js (the text and the sentence being heard), timeline.js (the chart).
+
+import { Link } from "./connection.js";
+import { Player } from "./player.js";
+import { TurnText, highlight, renderText } from "./transcript.js";
+import { drawTimeline } from "./timeline.js";
+
+const $ = (id) => document.getElementById(id);
+const STORAGE_KEY = "voicewire.url";
+const DEFAULT_RATE = 0.06; // seconds of speech per character at speed 1, until measured
+const TIMELINE_EVERY_MS = 100; // redraw the chart at most this often while a turn streams
+
+// What to do about a server error, where its message alone may not say (docs/protocol.md).
+const HINTS = {
+  too_many_turns: "Wait a minute before asking again.",
+  speech_limit_reached: "The answer reached the spoken-audio limit of a turn.",
+  llm_throttled: "The model is throttled: wait a moment and ask again.",
+  speech_failed: "The speech service failed: ask again.",
+  turn_timed_out: "The turn ran out of time: ask for a shorter answer.",
+  state_unavailable: "The session store is busy: ask again.",
+};
+
+// --- settings: in this page's own address (after #) and local storage, nowhere else ---------
+
+/** The URL this page's own server would have: the local stack serves its API at /ws. */
+function derivedUrl() {
+  if (location.protocol === "https:") return `wss://${location.host}/ws`;
+  if (location.protocol === "http:") return `ws://${location.host}/ws`;
+  return ""; // opened as a file: the URL must be given
+}
+
+function loadSettings() {
+  const hash = new URLSearchParams(location.hash.slice(1));
+  let stored = "";
+  try {
+    stored = localStorage.getItem(STORAGE_KEY) || "";
+  } catch {
+    // storage may be off (a private window): the address still keeps them
+  }
+  const legacy = new URLSearchParams(location.search).get("ws"); // the old page's ?ws=
+  const given = hash.get("url") || legacy || stored;
+  $("url").value = given || derivedUrl();
+  $("token").value = hash.get("token") || "";
+  $("base64").checked = hash.get("audio") === "base64";
+  if (!given) offerHostsUrl();
+}
+
+/** A host that knows its API (the VoicePage stack) puts {"url": "wss://..."} in config.json
+ * beside the page: offer that URL, unless the person has typed one meanwhile. The local stack
+ * has none (404): the page's own /ws stays. */
+async function offerHostsUrl() {
+  const derived = $("url").value;
+  let config;
+  try {
+    const response = await fetch("config.json", { cache: "no-store" });
+    if (!response.ok) return;
+    config = await response.json();
+  } catch {
+    return; // no config, or not JSON: nothing to offer
+  }
+  if (typeof config?.url === "string" && config.url && $("url").value === derived) {
+    $("url").value = config.url;
+  }
+}
+
+function saveSettings() {
+  const { url, token, base64 } = settings();
+  const hash = new URLSearchParams();
+  const own = url === derivedUrl();
+  if (!own) hash.set("url", url);
+  if (token) hash.set("token", token);
+  if (base64) hash.set("audio", "base64");
+  const fragment = hash.toString();
+  const address = location.pathname + location.search + (fragment ? `#${fragment}` : "");
+  history.replaceState(null, "", address);
+  try {
+    if (own) localStorage.removeItem(STORAGE_KEY);
+    else localStorage.setItem(STORAGE_KEY, url);
+  } catch {
+    // as above
+  }
+}
+
+function settings() {
+  return {
+    url: $("url").value.trim(),
+    token: $("token").value.trim(),
+    base64: $("base64").checked,
+  };
+}
+
+// --- state -------------------------------------------------------------------------------
+
+const player = new Player();
+const turns = []; // this session's, oldest first
+let current = null; // the turn whose audio plays: only its frames are scheduled
+let awaiting = null; // asked for, its turn_start not seen yet
+let shown = null; // the turn the answer, figures and chart show
+let rate = DEFAULT_RATE;
+let framesDropped = 0;
+let lastTurnNumber = null;
+let made = 0;
+let dirty = false; // the figures, text or history changed
+let chartDirty = false; // the chart too (redrawn at most every TIMELINE_EVERY_MS)
+let drawnAt = 0;
+let wasPlaying = false;
+
+const link = new Link({
+  settings,
+  onState: showState,
+  onFrame: handleFrame,
+  onOpen: () => link.send({ action: "voices" }),
+});
+
+// For tests and the curious: what the player did, read-only.
+Object.defineProperty(window, "voicewireStats", {
+  value: Object.freeze({
+    get framesDecoded() {
+      return player.framesDecoded;
+    },
+    get secondsScheduled() {
+      return player.secondsScheduled;
+    },
+    get turn() {
+      return current ? current.number : lastTurnNumber;
+    },
+    get framesDropped() {
+      return framesDropped;
+    },
+    get playing() {
+      return player.playing;
+    },
+  }),
+});
+
+function newTurn(kind, text) {
+  const speed = Number($("speed").value);
+  made += 1;
+  return {
+    id: `web-${Date.now().toString(36)}-${made}`, // our turn_id: ties turn_start to this click
+    kind,
+    mode: kind === "speak" ? "speak" : $("mode").value,
+    voice: $("voice").value,
+    speed,
+    prompt: text,
+    clickAt: performance.now(),
+    number: null,
+    status: "sent",
+    ended: false, // its turn_end (or a refusal) came
+    stopped: false, // Stop or a barge-in: its frames are dropped from now on
+    text: new TurnText(speed),
+    deltas: [],
+    sentences: [],
+    frames: [],
+    playback: [],
+    marks: {},
+    server: {},
+    audioSeconds: 0,
+    stalls: 0,
+    error: "",
+  };
+}
+
+const since = (turn) => performance.now() - turn.clickAt;
+const byId = (id) => turns.find((turn) => turn.id === id) || null;
+
+function mark(turn, name) {
+  if (turn.marks[name] == null) turn.marks[name] = since(turn);
+}
+
+// --- actions -------------------------------------------------------------------------------
+
+function start(kind) {
+  const text = $("prompt").value.trim();
+  if (!text) {
+    showError("Type a prompt (or the text to speak) first.");
+    $("prompt").focus();
+    return;
+  }
+  if (!link.isOpen) {
+    showError("Not connected: press Connect first.");
+    return;
+  }
+  player.ensureContext(); // in the click itself: browsers let audio start only from a gesture
+  // A new turn while one plays is a barge-in: the server cancels the old one; here it goes
+  // silent at once and its late frames are dropped.
+  // A turn that has ended and been heard to its end is not "stopped": nothing of it was cut.
+  const previous = awaiting || current;
+  if (previous && (!previous.ended || player.playing > 0)) previous.stopped = true;
+  player.stop();
+  current = null;
+  const turn = newTurn(kind, text);
+  turns.push(turn);
+  awaiting = turn;
+  shown = turn;
+  const message =
+    kind === "ask" ? { action: "ask", prompt: text, mode: turn.mode } : { action: "speak", text };
+  if (turn.voice) message.voice = turn.voice;
+  if (turn.speed !== 1) message.speed = turn.speed;
+  message.turn_id = turn.id;
+  link.send(message);
+  showError("");
+  changed();
+}
+
+function stop() {
+  const turn = current || awaiting;
+  player.stop(); // silent now, whatever the server does next
+  if (turn) {
+    turn.stopped = true;
+    if (!turn.ended) {
+      turn.status = "stopping";
+      link.send({ action: "cancel", turn_id: turn.id });
+    }
+  }
+  current = null;
+  awaiting = null;
+  changed();
+}
+
+// --- frames --------------------------------------------------------------------------------
+
+function handleFrame(frame) {
+  switch (frame.type) {
+    case "audio":
+      return handleAudio(frame);
+    case "turn_start":
+      return handleStart(frame);
+    case "text_delta":
+      return handleText(frame, (turn) => {
+        turn.text.addDelta(frame.seq, frame.text);
+        turn.deltas.push(since(turn));
+        mark(turn, "text");
+      });
+    case "sentence":
+      return handleText(frame, (turn) => {
+        turn.text.addSentence(frame.index, frame.text);
+        turn.sentences.push(since(turn));
+        mark(turn, "sentence");
+      });
+    case "turn_end":
+      return handleEnd(frame);
+    case "error":
+      return handleError(frame);
+    case "voices":
+      return showVoices(frame);
+    case "unreadable":
+      return showError(`The server sent ${frame.detail}; it was ignored.`);
+    default:
+      return undefined; // a frame type this page does not know: newer servers may add some
+  }
+}
+
+function handleStart(frame) {
+  const turn = byId(frame.turn_id);
+  if (!turn) return;
+  turn.number = frame.turn;
+  if (turn === awaiting) {
+    awaiting = null;
+    current = turn;
+    turn.status = "running";
+    lastTurnNumber = frame.turn;
+    player.startTurn();
+  } else if (turn.stopped && !turn.ended) {
+    // Stopped before the server had it: the first cancel found no turn, so cancel it now.
+    link.send({ action: "cancel", turn_id: turn.id });
+  }
+  changed();
+}
+
+function handleText(frame, record) {
+  const turn = byId(frame.turn_id);
+  if (!turn || turn.stopped) return;
+  record(turn);
+  changed();
+}
+
+function handleAudio(frame) {
+  const turn = current;
+  // Only the current turn is heard: frames of a stopped or replaced turn are dropped.
+  if (!turn || turn.stopped || frame.turn !== turn.number) {
+    framesDropped += 1;
+    return;
+  }
+  const arrived = since(turn);
+  const scheduled = player.schedule(frame.pcm);
+  if (!scheduled) return;
+  turn.frames.push(arrived);
+  mark(turn, "frame");
+  if (scheduled.stalled) turn.stalls += 1;
+  const seconds = scheduled.end - scheduled.start;
+  turn.audioSeconds += seconds;
+  const from = player.heardAt(scheduled.start) - turn.clickAt;
+  const to = from + seconds * 1000;
+  const last = turn.playback.at(-1);
+  if (last && from - last[1] < 2) last[1] = to;
+  else turn.playback.push([from, to]);
+  if (turn.marks.heard == null) turn.marks.heard = from;
+  const measured = turn.text.addAudio(scheduled, rate);
+  if (measured) rate = Math.min(0.15, Math.max(0.03, 0.7 * rate + 0.3 * measured));
+  changed();
+}
+
+function handleEnd(frame) {
+  const turn = byId(frame.turn_id);
+  if (!turn || turn.ended) return; // a second turn_end (a retried worker's) changes nothing
+  turn.ended = true;
+  turn.status = frame.status;
+  turn.server = frame.timings || {};
+  turn.marks.end = since(turn);
+  if (turn === awaiting) awaiting = null;
+  changed();
+}
+
+function handleError(frame) {
+  const turn = frame.turn_id ? byId(frame.turn_id) : null;
+  if (frame.code === "unknown_turn" && turn && turn.stopped) return; // our cancel met its end
+  const hint = HINTS[frame.code] ? ` ${HINTS[frame.code]}` : "";
+  const text = `${frame.code}: ${frame.message}${hint}`;
+  if (turn) {
+    turn.error = text;
+    if (turn === awaiting) {
+      // Refused before it started (bad input, a limit): no turn_start or turn_end follows.
+      awaiting = null;
+      turn.ended = true;
+      turn.status = "refused";
+    }
+  }
+  showError(text);
+  changed();
+}
+
+// The answer to {"action": "voices"}: grouped by language, English first, the default chosen
+// (or the voice already chosen, when the list comes again after a reconnect).
+function showVoices(frame) {
+  const select = $("voice");
+  const chosen = select.value;
+  const groups = new Map();
+  for (const voice of frame.voices) {
+    if (!groups.has(voice.label)) {
+      const group = document.createElement("optgroup");
+      group.label = voice.label;
+      groups.set(voice.label, group);
+    }
+    const name = voice.name + (voice.gender ? ` (${voice.gender})` : "");
+    groups.get(voice.label).append(new Option(name, voice.name));
+  }
+  select.replaceChildren(...groups.values());
+  const names = frame.voices.map((voice) => voice.name);
+  select.value = names.includes(chosen) ? chosen : frame.default_voice;
+}
+
+// --- showing -------------------------------------------------------------------------------
+
+function showState({ state, text }) {
+  const status = $("status");
+  status.textContent = text;
+  status.dataset.state = state;
+  if (state !== "open") {
+    // Frames of a turn in flight are lost with the connection: say so in its history row.
+    for (const turn of [awaiting, current]) {
+      if (turn && !turn.ended) {
+        turn.ended = true;
+        turn.status = "connection lost";
+      }
+    }
+    awaiting = null;
+  }
+  changed();
+}
+
+function showError(text) {
+  $("error").textContent = text;
+}
+
+const ms = (value) => (value == null ? "–" : `${Math.round(value)} ms`);
+
+function changed() {
+  dirty = true;
+}
+
+function render() {
+  const open = link.isOpen;
+  $("ask").disabled = !open;
+  $("speak").disabled = !open;
+  const state = $("status").dataset.state;
+  $("disconnect").disabled = !["open", "connecting", "reconnecting"].includes(state);
+  const active = (current && (!current.ended || player.playing > 0)) || awaiting;
+  $("cancel").disabled = !active;
+
+  const turn = shown;
+  const marks = turn ? turn.marks : {};
+  const server = turn ? turn.server : {};
+  $("ttfa").textContent = marks.heard == null ? "–" : String(Math.round(marks.heard));
+  $("page-text").textContent = ms(marks.text);
+  $("page-sentence").textContent = ms(marks.sentence);
+  $("page-frame").textContent = ms(marks.frame);
+  $("page-heard").textContent = ms(marks.heard);
+  $("page-total").textContent = ms(marks.end);
+  $("server-text").textContent = ms(server.first_text_ms);
+  $("server-sentence").textContent = ms(server.first_sentence_ms);
+  $("server-audio").textContent = ms(server.first_audio_ms);
+  $("server-total").textContent = ms(server.total_ms);
+  $("page-audio").textContent = turn
+    ? `${turn.audioSeconds.toFixed(1)} s in ${turn.frames.length} frames, ` +
+      `${turn.stalls} ${turn.stalls === 1 ? "stall" : "stalls"}`
+    : "–";
+  $("turn-summary").textContent = turn
+    ? `turn ${turn.number ?? "…"}, ${turn.mode}, ${turn.status}` +
+      (turn.voice ? `, ${turn.voice}` : "") +
+      (turn.speed !== 1 ? `, ${turn.speed.toFixed(2)}×` : "")
+    : "";
+  if (turn) renderText($("transcript"), turn.text);
+  renderHistory();
+  chartDirty = true;
+}
+
+const historyRows = new Map(); // turn -> its row, kept so that focus survives an update
+
+function renderHistory() {
+  const body = $("history").tBodies[0];
+  for (const turn of turns) {
+    let row = historyRows.get(turn);
+    if (!row) {
+      row = body.insertRow();
+      for (let column = 0; column < 10; column++) row.insertCell();
+      const show = document.createElement("button");
+      show.type = "button";
+      show.onclick = () => {
+        shown = turn;
+        changed();
+      };
+      row.cells[0].append(show);
+      row.cells[9].className = "prompt";
+      historyRows.set(turn, row);
+    }
+    row.dataset.status = turn.status;
+    row.dataset.mode = turn.mode;
+    row.classList.toggle("shown", turn === shown);
+    const show = row.cells[0].firstChild;
+    show.textContent = turn.number ?? "…";
+    show.setAttribute("aria-label", `show turn ${turn.number ?? ""} (${turn.mode})`);
+    show.setAttribute("aria-pressed", String(turn === shown));
+    const texts = [
+      turn.mode,
+      turn.status + (turn.stopped && turn.status === "complete" ? " (stopped)" : ""),
+      ms(turn.marks.text),
+      ms(turn.marks.heard),
+      ms(turn.server.first_audio_ms),
+      ms(turn.marks.end),
+      `${turn.audioSeconds.toFixed(1)} s`,
+      turn.voice || "default",
+      turn.prompt.length > 60 ? `${turn.prompt.slice(0, 57)}…` : turn.prompt,
+    ];
+    texts.forEach((text, index) => {
+      if (row.cells[index + 1].textContent !== text) row.cells[index + 1].textContent = text;
+    });
+    row.cells[2].className = `status-${turn.status.replace(/\W+/g, "-")}`;
+    row.cells[9].title = turn.error;
+  }
+  $("compare").textContent = comparison();
+}
+
+/** "bidi: first audio 1072 ms (median of 3) · batch: 5154 ms (median of 2): bidi 4.8× sooner" */
+function comparison() {
+  const median = (values) => {
+    const sorted = [...values].sort((a, b) => a - b);
+    const middle = sorted.length >> 1;
+    return sorted.length % 2 ? sorted[middle] : (sorted[middle - 1] + sorted[middle]) / 2;
+  };
+  const heard = (mode) =>
+    turns.filter((t) => t.mode === mode && t.status === "complete" && t.marks.heard != null);
+  const parts = [];
+  const figures = {};
+  for (const mode of ["bidi", "batch"]) {
+    const done = heard(mode).map((t) => t.marks.heard);
+    if (!done.length) continue;
+    figures[mode] = median(done);
+    const figure = Math.round(figures[mode]);
+    parts.push(`${mode}: first audio heard ${figure} ms (median of ${done.length})`);
+  }
+  if (figures.bidi && figures.batch) {
+    parts.push(`bidi ${(figures.batch / figures.bidi).toFixed(1)}× sooner`);
+  }
+  return parts.join(" · ");
+}
+
+function drawChart() {
+  if (!shown) return;
+  const drawn = [shown];
+  // The last turn of the other mode, on the same axis: the picture of why bidi is sooner.
+  const other = { bidi: "batch", batch: "bidi" }[shown.mode];
+  const peer = turns.findLast((t) => t.mode === other && t.marks.heard != null);
+  if (peer) drawn.push(peer);
+  const chart = drawn.map((turn) => ({
+    title:
+      `turn ${turn.number ?? "…"} · ${turn.mode} · first audio ${ms(turn.marks.heard)}` +
+      (turn.marks.end != null ? ` · turn end ${ms(turn.marks.end)}` : ""),
+    deltas: turn.deltas,
+    sentences: turn.sentences,
+    frames: turn.frames,
+    playback: turn.playback,
+    heard: turn.marks.heard,
+    end: turn.marks.end,
+  }));
+  const svg = $("timeline");
+  drawTimeline(svg, chart);
+  svg.setAttribute("aria-label", `timeline: ${chart.map((turn) => turn.title).join("; ")}`);
+}
+
+// One loop renders what changed and moves the highlight with the audio clock.
+function tick(now) {
+  if (dirty) {
+    dirty = false;
+    render();
+  }
+  if (chartDirty && now - drawnAt >= TIMELINE_EVERY_MS) {
+    chartDirty = false;
+    drawnAt = now;
+    drawChart();
+  }
+  if (shown && shown === current) highlight($("transcript"), shown.text, player.heardTime);
+  if (player.playing > 0 !== wasPlaying) {
+    wasPlaying = player.playing > 0; // the last audio ended (or began): Stop's state follows
+    changed();
+  }
+  requestAnimationFrame(tick);
+}
+
+// --- wiring --------------------------------------------------------------------------------
+
+loadSettings();
+$("connection-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  saveSettings();
+  link.connect();
+});
+$("disconnect").addEventListener("click", () => {
+  link.close();
+  showState({ state: "closed", text: "closed by you" });
+});
+$("ask-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  start("ask");
+});
+$("speak").addEventListener("click", () => start("speak"));
+$("cancel").addEventListener("click", stop);
+$("speed").addEventListener("input", () => {
+  $("speed-value").textContent = `${Number($("speed").value).toFixed(2)}×`;
+});
+$("prompt").addEventListener("keydown", (event) => {
+  const plain = !event.shiftKey && !event.ctrlKey && !event.altKey && !event.metaKey;
+  if (event.key === "Enter" && plain && !event.isComposing) {
+    event.preventDefault();
+    start("ask");
+  }
+});
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Escape" && !$("cancel").disabled) {
+    event.preventDefault();
+    stop();
+  }
+});
+window.addEventListener("resize", changed);
+changed();
+requestAnimationFrame(tick);
