@@ -10,7 +10,8 @@ Docker build), ``speech_endpoint_name`` (another endpoint for the agent's speech
 ``model_files`` (the directory of the model's files that SpeechModelCache deploys; default: where
 ``speech-infra`` stages them, ``~/.cache/voicewire/speech-model/<model>-<engine>``; without one,
 the app has no SpeechModelCache stack and the endpoint mounts what the bucket already holds),
-``allowed_origins`` (comma-separated browser origins that may connect; default: any).
+``allowed_origins`` (comma-separated browser origins that may connect; default: any),
+``page`` (``true``: also the VoicePage stack, the browser page on CloudFront pointed at the API).
 """
 
 import os
@@ -24,6 +25,7 @@ from cdk_nag import AwsSolutionsChecks
 from stacks.speech import EndpointSettings, SpeechEndpoint, SpeechFoundation
 from stacks.speech_model_cache import SpeechModelCache
 from stacks.voice_api import VoiceApi, VoiceApiSettings
+from stacks.voice_page import VoicePage
 
 DEFAULT_MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
 
@@ -80,7 +82,9 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
             origin.strip() for origin in str(context("allowed_origins") or "").split(",") if origin
         ),
     )
-    VoiceApi(app, "VoiceApi", settings, env=env)
+    api = VoiceApi(app, "VoiceApi", settings, env=env)
+    if str(context("page") or "").lower() in ("true", "1", "yes"):
+        VoicePage(app, "VoicePage", api, env=env)
     return app
 
 

@@ -54,6 +54,20 @@ def test_speech_infra_deploys_foundation_cache_endpoint_and_destroys_in_reverse(
     ]  # fmt: skip
 
 
+def test_agent_infra_adds_the_page_after_the_api_and_destroys_it_first():
+    parse = agent_infra.build_parser().parse_args
+    deploy = parse(["deploy", "--bedrock-model-id", "m", "--allowed-origins", "https://a.example"])
+    assert agent_infra.plan(deploy) == (
+        ["VoiceApi"], {"bedrock_model_id": "m", "allowed_origins": "https://a.example"},
+    )  # fmt: skip
+    with_page = parse(["deploy", "--bedrock-model-id", "m", "--with-page"])
+    assert agent_infra.plan(with_page) == (
+        ["VoiceApi", "VoicePage"], {"bedrock_model_id": "m", "page": "true"},
+    )  # fmt: skip
+    destroy = parse(["destroy", "--with-page"])
+    assert agent_infra.plan(destroy) == (["VoicePage", "VoiceApi"], {"page": "true"})
+
+
 def test_the_cdk_cli_is_a_pinned_2x_release_run_on_this_interpreter():
     command = cdk_command("synth", ["VoiceApi"], {"bedrock_model_id": "m"})
     assert command[:3] == ["npx", "--yes", CDK_CLI] and CDK_CLI.startswith("aws-cdk@2.")

@@ -46,7 +46,8 @@ def assembly(tmp_path_factory, model_files):
     import app
 
     outdir = tmp_path_factory.mktemp("cdk.out")
-    return app.build_app(str(outdir), context={"model_files": str(model_files)}).synth()
+    context = {"model_files": str(model_files), "page": "true"}
+    return app.build_app(str(outdir), context=context).synth()
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +190,7 @@ def test_the_functions_asset_is_the_bundle(assembly):
 
 def test_cfn_lint_passes_on_every_template(assembly):
     templates = sorted(str(path) for path in Path(assembly.directory).glob("*.template.json"))
-    assert len(templates) == 4  # the foundation, the model cache, the endpoint, the API
+    assert len(templates) == 5  # the foundation, the model cache, the endpoint, the API, the page
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run(
         [str(cfn_lint), "--ignore-checks", *CFN_LINT_ACCEPTED, "--", *templates],
@@ -505,7 +506,81 @@ def test_allowed_origins_reach_the_functions(tmp_path):
         outdir=str(tmp_path), context={"allowed_origins": "https://a.example,https://b.example"}
     ).synth()
     stack = assembly.get_stack_by_name("VoiceApi")
+    assert "VoicePage" not in [s.stack_name for s in assembly.stacks]  # only with page=true
     functions = Template.from_json(stack.template).find_resources("AWS::Lambda::Function")
     for function in functions.values():
         variables = function["Properties"]["Environment"]["Variables"]
         assert variables["VOICEWIRE_ALLOWED_ORIGINS"] == "https://a.example,https://b.example"
+
+
+# --- the browser page (optional) -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def page(assembly) -> Template:
+    return Template.from_json(assembly.get_stack_by_name("VoicePage").template)
+
+
+def test_the_page_is_served_over_https_from_a_private_bucket_with_its_security_headers(page):
+    from voicewire.page_headers import CONTENT_SECURITY_POLICY
+
+    (content_id,) = [
+        name for name in resources(page, "AWS::S3::Bucket") if name.startswith("Content")
+    ]
+    content = resources(page, "AWS::S3::Bucket")[content_id]["Properties"]
+    assert all(content["PublicAccessBlockConfiguration"].values())
+    assert content["LoggingConfiguration"]["LogFilePrefix"] == "content/"
+    (distribution,) = resources(page, "AWS::CloudFront::Distribution").values()
+    config = distribution["Properties"]["DistributionConfig"]
+    assert config["DefaultRootObject"] == "index.html"
+    assert config["DefaultCacheBehavior"]["ViewerProtocolPolicy"] == "redirect-to-https"
+    assert config["DefaultCacheBehavior"]["AllowedMethods"] == ["GET", "HEAD"]
+    assert config["Logging"]["Prefix"] == "cloudfront/"
+    (origin,) = config["Origins"]
+    assert origin["DomainName"] == {"Fn::GetAtt": [content_id, "RegionalDomainName"]}
+    assert "OriginAccessControlId" in origin  # CloudFront reads the bucket; nobody else
+    # The bucket lets CloudFront read, for this distribution only.
+    policies = [
+        statement
+        for policy in resources(page, "AWS::S3::BucketPolicy").values()
+        if policy["Properties"]["Bucket"] == {"Ref": content_id}
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Effect"] == "Allow"
+    ]
+    assert [statement["Principal"] for statement in policies] == [
+        {"Service": "cloudfront.amazonaws.com"}
+    ]
+    assert policies[0]["Action"] == "s3:GetObject"
+    assert "AWS:SourceArn" in json.dumps(policies[0]["Condition"])
+    # The same headers the local stack sends, under which the browser tests run.
+    (headers,) = resources(page, "AWS::CloudFront::ResponseHeadersPolicy").values()
+    security = headers["Properties"]["ResponseHeadersPolicyConfig"]["SecurityHeadersConfig"]
+    assert security["ContentSecurityPolicy"]["ContentSecurityPolicy"] == CONTENT_SECURITY_POLICY
+    assert security["ReferrerPolicy"]["ReferrerPolicy"] == "no-referrer"
+    assert security["FrameOptions"]["FrameOption"] == "DENY"
+    url = page.to_json()["Outputs"]["PageUrl"]["Value"]["Fn::Join"][1]
+    assert url[0] == "https://" and url[2] == "/"
+
+
+def test_the_page_is_web_as_it_is_with_a_config_naming_the_apis_url(page, assembly):
+    (deployment,) = resources(page, "Custom::CDKBucketDeployment").values()
+    properties = deployment["Properties"]
+    assert properties["Prune"] is True and properties["RetainOnDelete"] is False
+    assert properties["DistributionPaths"] == ["/*"]  # every deploy is live when it ends
+    # The first source is web/ itself: every file of the folder, nothing else.
+    folder, config = properties["SourceObjectKeys"]
+    asset = Path(assembly.directory) / f"asset.{folder.removesuffix('.zip')}"
+    assert sorted(p.name for p in asset.iterdir()) == sorted(
+        p.name for p in (ROOT / "web").iterdir()
+    )
+    # The second is config.json, {"url": ...}: CDK puts the API's URL in at deploy time, where
+    # its marker stands, as a JSON string.
+    config_asset = Path(assembly.directory) / f"asset.{config.removesuffix('.zip')}"
+    written = (config_asset / "config.json").read_text()
+    ((marker, value),) = properties["SourceMarkers"][1].items()
+    separator, parts = value["Fn::Join"]
+    assert separator == ""
+    assert parts[0] == '"wss://' and parts[-1] == '/prod"'
+    assert "VoiceApi:ExportsOutputRef" in json.dumps(parts)
+    url = "wss://abc123.execute-api.eu-west-1.amazonaws.com/prod"
+    assert json.loads(written.replace(marker, json.dumps(url))) == {"url": url}

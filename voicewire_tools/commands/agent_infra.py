@@ -1,16 +1,18 @@
 """``agent-infra``: the agent side of a deployment (the WebSocket API and its functions).
 
     uv run agent-infra deploy|diff|synth|destroy --bedrock-model-id ID [--endpoint-name NAME]
-        [--allowed-origins https://app.example.com]
+        [--allowed-origins https://app.example.com] [--with-page]
     uv run agent-infra token [--ttl 120] [--principal NAME]
     uv run agent-infra demo --url wss://... [--prompt ...] [--trials 3]
     uv run agent-infra check --url wss://abc123.execute-api.eu-west-1.amazonaws.com/prod \\
         [--token TOKEN] [--json report.json]
 
 ``deploy`` makes the token secret (an SSM SecureString, which CloudFormation cannot create) if
-the account has none yet, then deploys the VoiceApi stack. ``token`` mints a connection token
-from the deployed secret. ``demo`` runs ``voicewire demo``'s bidi-vs-batch comparison against the
-deployed API (a fresh ticket for each connection unless the URL has one).
+the account has none yet, then deploys the VoiceApi stack; ``--with-page`` also deploys
+VoicePage, the browser page on CloudFront with the API's URL filled in (its ``PageUrl`` output).
+``token`` mints a connection token from the deployed secret. ``demo`` runs ``voicewire demo``'s
+bidi-vs-batch comparison against the deployed API (a fresh ticket for each connection unless the
+URL has one).
 
 ``check`` verifies from outside, in a few seconds, what only a real deployment can show
 (``voicewire_tools.commands.deployment_check``). It works against the local stack too
@@ -50,6 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
             "--allowed-origins",
             help="comma-separated browser origins that may connect (default: any)",
         )
+        infra.add_argument(
+            "--with-page", action="store_true",
+            help="also the VoicePage stack: the browser page (web/) on CloudFront, for this API",
+        )  # fmt: skip
     token = commands.add_parser("token", help="mint a connection token from the deployed secret")
     token.add_argument(
         "--ttl", type=int, default=120, help="seconds the ticket stays valid (at most 600)"
@@ -141,7 +147,8 @@ def with_token(url: str, token: str) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
-def infra(args: argparse.Namespace) -> int:
+def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The stacks an infra command acts on, and the context it gives the app."""
     context = {}
     if args.bedrock_model_id:
         context["bedrock_model_id"] = args.bedrock_model_id
@@ -149,13 +156,23 @@ def infra(args: argparse.Namespace) -> int:
         context["speech_endpoint_name"] = args.endpoint_name
     if args.allowed_origins:
         context["allowed_origins"] = args.allowed_origins
+    stacks = ["VoiceApi"]
+    if args.with_page:
+        context["page"] = "true"
+        # The page reads the API's URL: deployed after it, destroyed before it.
+        stacks = ["VoicePage", "VoiceApi"] if args.command == "destroy" else [*stacks, "VoicePage"]
+    return stacks, context
+
+
+def infra(args: argparse.Namespace) -> int:
+    stacks, context = plan(args)
     needs_account = args.command != "synth"
     if args.command == "deploy":
         check_node()
         _, region = check_account()
         if ensure_token_secret(region):
             print(f"created the token secret {TOKEN_SECRET_PARAMETER} (SSM SecureString)")
-    return run_cdk(args.command, ["VoiceApi"], context, needs_account=needs_account)
+    return run_cdk(args.command, stacks, context, needs_account=needs_account)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
