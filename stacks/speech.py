@@ -36,8 +36,9 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
+from stacks.access_logs import access_log_bucket
 from stacks.lambda_bundle import ROOT
-from stacks.voice_api import acknowledge_wildcard
+from stacks.nag_findings import acknowledge_wildcard
 
 ENDPOINT_PREFIX = "voicewire-"  # every endpoint of this project is named with it
 VARIANT = "AllTraffic"
@@ -51,21 +52,7 @@ WEIGHTS_ARN_EXPORT = "voicewire-weights-bucket-arn"
 class SpeechFoundation(Stack):
     def __init__(self, scope: Construct, construct_id: str, **kwargs: object) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        access_logs = s3.Bucket(
-            self,
-            "AccessLogs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
-            removal_policy=RemovalPolicy.RETAIN,
-        )
-        Validations.of(access_logs).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-S1",
-                reason="This is the access-log bucket itself; logging it would log its own logs.",
-            )
-        )
+        access_logs = access_log_bucket(self, "AccessLogs")
         self.weights = s3.Bucket(
             self,
             "Weights",

@@ -18,14 +18,14 @@ import hashlib
 import json
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Fn, Size, Stack, Validations
+from aws_cdk import Fn, Size, Stack
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3_deployment
 from constructs import Construct
 
+from stacks.nag_findings import acknowledge_bucket_deployment
 from stacks.speech import WEIGHTS_ARN_EXPORT, SpeechFoundation
-from stacks.voice_api import acknowledge_wildcard
 
 MANIFEST = "MANIFEST.json"
 # The torch weights are 330 MB: the copy needs room for the asset's zip and its contents.
@@ -77,44 +77,8 @@ class SpeechModelCache(Stack):
             sign_content=True,  # S3 checks each object's sha256 as it arrives
             log_group=copy_logs,
         )
-        # The copy's function and role are CDK's BucketDeployment singleton; the construct
-        # grants them what they need. Acknowledged exactly, on that role; test_stacks pins them.
-        role = deployment.handler_role
-        policy = role.node.find_child("DefaultPolicy")
-        for action in (
-            "s3:GetObject*",
-            "s3:GetBucket*",
-            "s3:List*",
-            "s3:DeleteObject*",
-            "s3:Abort*",
-        ):
-            Validations.of(policy).acknowledge(
-                Acknowledgment(
-                    id=f"AwsSolutions-IAM5[Action::{action}]",
-                    reason="CDK's BucketDeployment grants its copy these object actions on the "
-                    "CDK asset bucket (read) and the weights bucket (sync with prune).",
-                )
-            )
-        acknowledge_wildcard(
-            policy,
-            "arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*",
-            "The CDK bootstrap's asset bucket, where the staged files arrive as a zip.",
-        )
-        acknowledge_wildcard(
-            policy,
+        acknowledge_bucket_deployment(
+            deployment,
+            "the weights bucket (under models/<model>/ only)",
             f"{WEIGHTS_ARN_EXPORT}/*",
-            "The weights bucket; the copy writes and prunes under models/<model>/ only.",
-        )
-        Validations.of(role).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
-                "AWSLambdaBasicExecutionRole]",
-                reason="CDK's BucketDeployment function writes its logs with the basic role.",
-            )
-        )
-        Validations.of(role.node.scope).acknowledge(  # the function the role belongs to
-            Acknowledgment(
-                id="AwsSolutions-L1",
-                reason="CDK's BucketDeployment function runs the runtime its CDK release pins.",
-            )
         )

@@ -48,6 +48,7 @@ from functions.adapters.session_table import PARTITION_KEY, SORT_KEY, TTL_ATTRIB
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
 from functions.worker_policy import WORKER_POLICY
 from stacks.lambda_bundle import LAMBDA_PLATFORM, LAMBDA_PYTHON, ROOT, build_bundle
+from stacks.nag_findings import acknowledge_wildcard
 from stacks.pipeline_monitoring import PipelineMonitoring
 from voicewire.client_protocol import CLIENT_ACTIONS
 from voicewire.voice_catalog import OFFICIAL_VOICES
@@ -142,28 +143,6 @@ def bedrock_resources(model_id: str, region: str, account: str) -> list[str]:
             f"arn:aws:bedrock:*::foundation-model/{base_model}",
         ]
     return [f"arn:aws:bedrock:{region}::foundation-model/{model_id}"]
-
-
-def nag_rendering(value: object) -> str:
-    """A resolved CloudFormation value as cdk-nag names it in a finding's id: ``Ref`` as
-    ``<Name>``, ``Fn::GetAtt`` as ``<Name.Attribute>``, ``Fn::Join`` joined."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and "Ref" in value:
-        return f"<{value['Ref']}>"
-    if isinstance(value, dict) and "Fn::GetAtt" in value:
-        return "<{}.{}>".format(*value["Fn::GetAtt"])
-    if isinstance(value, dict) and "Fn::Join" in value:
-        separator, parts = value["Fn::Join"]
-        return separator.join(nag_rendering(part) for part in parts)
-    raise ValueError(f"cannot render {value!r} as cdk-nag does")
-
-
-def acknowledge_wildcard(scope: Construct, resolved_resource: object, reason: str) -> None:
-    """Acknowledge cdk-nag's IAM5 finding for exactly this resource, on exactly this construct:
-    any other wildcard added later still fails the synth."""
-    finding = f"AwsSolutions-IAM5[Resource::{nag_rendering(resolved_resource)}]"
-    Validations.of(scope).acknowledge(Acknowledgment(id=finding, reason=reason))
 
 
 class VoiceApi(Stack):

@@ -5,7 +5,7 @@
 A private bucket holds ``web/`` as it is in the repository (no build step) and a ``config.json``
 of ``{"url": <the VoiceApi's wss:// URL>}``, which the page offers as its API. CloudFront
 serves them over HTTPS only, reading the bucket through an origin access control (the bucket
-stays private), with the page's security headers (``voicewire/page_headers.py``: the same
+stays private), with the page's security headers (``voicewire_tools/page_headers.py``: the same
 Content-Security-Policy the local stack sends, under which the browser tests run). Each deploy
 copies the files with CDK's ``BucketDeployment`` and invalidates the distribution's cache, so a
 new page is live when the deploy ends.
@@ -25,9 +25,11 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3_deployment
 from constructs import Construct
 
+from stacks.access_logs import access_log_bucket
 from stacks.lambda_bundle import ROOT
-from stacks.voice_api import VoiceApi, acknowledge_wildcard
-from voicewire.page_headers import CONTENT_SECURITY_POLICY
+from stacks.nag_findings import acknowledge_bucket_deployment
+from stacks.voice_api import VoiceApi
+from voicewire_tools.page_headers import CONTENT_SECURITY_POLICY
 
 PAGE_FOLDER = ROOT / "web"
 CONFIG_FILE = "config.json"  # read by web/app.js: {"url": "wss://..."}
@@ -38,24 +40,8 @@ class VoicePage(Stack):
         self, scope: Construct, construct_id: str, api: VoiceApi, **kwargs: object
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        # One bucket for both kinds of access log: S3's (granted by a bucket policy) and
-        # CloudFront's standard logs (which still write through an ACL: owner-preferred).
-        access_logs = s3.Bucket(
-            self,
-            "AccessLogs",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            enforce_ssl=True,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
-            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
-            removal_policy=RemovalPolicy.RETAIN,
-        )
-        Validations.of(access_logs).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-S1",
-                reason="This is the access-log bucket itself; logging it would log its own logs.",
-            )
-        )
+        # One bucket for both kinds of access log: S3's and CloudFront's standard logs.
+        access_logs = access_log_bucket(self, "AccessLogs", for_cloudfront=True)
         self.content = s3.Bucket(
             self,
             "Content",
@@ -70,7 +56,7 @@ class VoicePage(Stack):
         headers = cloudfront.ResponseHeadersPolicy(
             self,
             "SecurityHeaders",
-            comment="voicewire page: voicewire/page_headers.py",
+            comment="voicewire page: voicewire_tools/page_headers.py",
             security_headers_behavior=cloudfront.ResponseSecurityHeadersBehavior(
                 content_security_policy=cloudfront.ResponseHeadersContentSecurityPolicy(
                     content_security_policy=CONTENT_SECURITY_POLICY, override=True
@@ -141,57 +127,20 @@ class VoicePage(Stack):
             distribution_paths=["/*"],  # the new page is what everyone gets once deployed
             log_group=copy_logs,
         )
-        self._acknowledge_the_copy(deployment)
+        acknowledge_bucket_deployment(
+            deployment,
+            "the page's bucket",
+            self.resolve(self.content.arn_for_objects("*")),
+            extra_wildcards=(
+                (
+                    "*",
+                    "CloudFront's invalidation actions take no resource narrower than *; CDK's "
+                    "BucketDeployment grants exactly cloudfront:CreateInvalidation and "
+                    "GetInvalidation.",
+                ),
+            ),
+        )
 
         self.page_url = CfnOutput(
             self, "PageUrl", value=f"https://{self.distribution.distribution_domain_name}/"
-        )
-
-    def _acknowledge_the_copy(self, deployment: s3_deployment.BucketDeployment) -> None:
-        """The copy's function and role are CDK's BucketDeployment singleton; the construct
-        grants them what they need. Acknowledged exactly, on that role; test_stacks pins them."""
-        role = deployment.handler_role
-        policy = role.node.find_child("DefaultPolicy")
-        for action in (
-            "s3:GetObject*",
-            "s3:GetBucket*",
-            "s3:List*",
-            "s3:DeleteObject*",
-            "s3:Abort*",
-        ):
-            Validations.of(policy).acknowledge(
-                Acknowledgment(
-                    id=f"AwsSolutions-IAM5[Action::{action}]",
-                    reason="CDK's BucketDeployment grants its copy these object actions on the "
-                    "CDK asset bucket (read) and the page's bucket (sync with prune).",
-                )
-            )
-        acknowledge_wildcard(
-            policy,
-            "arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-<AWS::AccountId>-<AWS::Region>/*",
-            "The CDK bootstrap's asset bucket, where the page's files arrive as a zip.",
-        )
-        acknowledge_wildcard(
-            policy,
-            self.resolve(self.content.arn_for_objects("*")),
-            "The page's own bucket: the copy writes and prunes its files.",
-        )
-        acknowledge_wildcard(
-            policy,
-            "*",
-            "CloudFront's invalidation actions take no resource narrower than *; CDK's "
-            "BucketDeployment grants exactly cloudfront:CreateInvalidation and GetInvalidation.",
-        )
-        Validations.of(role).acknowledge(
-            Acknowledgment(
-                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
-                "AWSLambdaBasicExecutionRole]",
-                reason="CDK's BucketDeployment function writes its logs with the basic role.",
-            )
-        )
-        Validations.of(role.node.scope).acknowledge(  # the function the role belongs to
-            Acknowledgment(
-                id="AwsSolutions-L1",
-                reason="CDK's BucketDeployment function runs the runtime its CDK release pins.",
-            )
         )

@@ -50,7 +50,7 @@ async def chromium_page(errors: list[str]) -> AsyncIterator[object]:
         try:
             page = await browser.new_page(viewport={"width": 1100, "height": 900})
             page.on("pageerror", lambda error: errors.append(str(error)))
-            # The page runs under voicewire/page_headers.py's policy: nothing may be refused.
+            # The page runs under voicewire_tools/page_headers.py's policy: nothing may be refused.
             page.on(
                 "console",
                 lambda message: (

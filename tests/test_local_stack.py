@@ -232,7 +232,7 @@ async def test_invalid_messages_get_error_frames_and_the_connection_stays(stack)
 def test_the_page_is_served(stack):
     import httpx
 
-    from voicewire.page_headers import CONTENT_SECURITY_POLICY
+    from voicewire_tools.page_headers import CONTENT_SECURITY_POLICY
 
     page = httpx.get(f"{stack.base_url}/")
     assert page.status_code == 200 and "0xA1" in page.text

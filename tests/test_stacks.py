@@ -522,7 +522,7 @@ def page(assembly) -> Template:
 
 
 def test_the_page_is_served_over_https_from_a_private_bucket_with_its_security_headers(page):
-    from voicewire.page_headers import CONTENT_SECURITY_POLICY
+    from voicewire_tools.page_headers import CONTENT_SECURITY_POLICY
 
     (content_id,) = [
         name for name in resources(page, "AWS::S3::Bucket") if name.startswith("Content")

@@ -43,7 +43,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from voicewire.client_protocol import CLIENT_ACTIONS, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES
-from voicewire.page_headers import SECURITY_HEADERS
+from voicewire_tools.page_headers import SECURITY_HEADERS
 
 logger = logging.getLogger(__name__)
 

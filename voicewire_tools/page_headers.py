@@ -7,6 +7,9 @@ deployment, so a change that breaks it (an inline script, a CDN) fails here, not
 
 The page loads only its own files and opens WebSockets to whatever API the user enters (a local
 ``ws://`` one, or a deployed ``wss://`` one): ``connect-src`` allows exactly those schemes.
+
+It lives with the tools, not in the shared library: the speech image copies ``voicewire/``, and a
+change to the page's policy must not roll the speech endpoint.
 """
 
 from __future__ import annotations
