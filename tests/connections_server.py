@@ -12,7 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from loopback_http import LoopbackServer
 
 
 @dataclass(frozen=True)
@@ -58,22 +60,14 @@ class ConnectionsServer:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        # A short poll interval: stop() waits for the serving loop to notice, once per test.
-        serve = lambda: self._server.serve_forever(poll_interval=0.02)  # noqa: E731
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(self._handler(), name="connectionsserver")
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._server.url
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()
 
     def delivered(self) -> list[Request]:
         """The requests answered 200, in the order they were answered."""

@@ -14,11 +14,11 @@ import contextlib
 import functools
 import json
 import shutil
-import threading
-from collections.abc import AsyncIterator, Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import AsyncIterator
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
+from loopback_http import LoopbackServer
 from required_tools import needs
 
 CHROMIUM = shutil.which("chromium")
@@ -322,18 +322,11 @@ async def test_the_page_reads_at_phone_width_and_every_control_is_labelled_and_r
     assert errors == []
 
 
-@contextlib.contextmanager
-def static_host(folder: Path) -> Iterator[str]:
+def static_host(folder: Path) -> LoopbackServer:
     """A plain static web server for a folder (Python's own), on a free loopback port."""
-    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(folder))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return LoopbackServer(
+        functools.partial(SimpleHTTPRequestHandler, directory=str(folder)), name="static-host"
+    )
 
 
 async def test_any_static_host_serves_the_page_and_its_config_names_the_api(stack, tmp_path):
@@ -343,7 +336,8 @@ async def test_any_static_host_serves_the_page_and_its_config_names_the_api(stac
     shutil.copytree(ROOT / "web", site)
     (site / "config.json").write_text(json.dumps({"url": stack.ws_url}))
     errors: list[str] = []
-    with static_host(site) as origin:
+    with static_host(site) as host:
+        origin = host.url
         async with chromium_page(errors) as page:
             await page.goto(f"{origin}/")
             await until(

@@ -15,13 +15,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import boto3
 from botocore.exceptions import ClientError
 from connections_server import ConnectionsServer
+from loopback_http import LoopbackServer
 
 from functions.adapters.llm import converse_request
 from functions.adapters.relay import Relay, management_client
@@ -177,21 +178,14 @@ class DynamoDBStandin:
         self.throttle = lambda operation, body: False
         self.calls: list[DynamoCall] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._server.daemon_threads = True
-        serve = lambda: self._server.serve_forever(poll_interval=0.02)  # noqa: E731
-        self._thread = threading.Thread(target=serve, daemon=True)
-        self._thread.start()
+        self._server = LoopbackServer(self._handler(), name="dynamodbstandin")
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._server.url
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        self._server.stop()
 
     def throttle_first(self, count: int, picks) -> None:
         """Throttle the first ``count`` requests ``picks(operation, body)`` chooses (-1: all)."""
