@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -326,7 +327,20 @@ def test_the_image_asset_carries_the_bidirectional_streaming_label(assembly):
     dockerfile = (source / image["source"]["dockerFile"]).read_text()
     assert "com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true" in dockerfile
     assert image["source"].get("platform") == "linux/amd64"
-    assert not (source / ".venv").exists() and not (source / "tests").exists()
+    # The build context is exactly what the Dockerfile copies (.dockerignore is an allowlist):
+    # CDK names the image by the context's hash, and a new image rolls the endpoint, so a README,
+    # page or stack edit must not be in it.
+    assert sorted(path.name for path in source.iterdir()) == [
+        ".dockerignore", "container", "pyproject.toml", "uv.lock", "voicewire",
+    ]  # fmt: skip
+    assert sorted(path.name for path in (source / "container").iterdir()) == [
+        "Dockerfile", "speech_server",
+    ]  # fmt: skip
+    copied = re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.MULTILINE)
+    assert sorted(" ".join(copied).split()) == [
+        "container/speech_server", "pyproject.toml", "uv.lock", "voicewire",
+    ]  # fmt: skip
+    assert not list(source.rglob("__pycache__"))
 
 
 def test_a_prebuilt_image_needs_no_asset(tmp_path):
