@@ -71,6 +71,31 @@ def test_a_benchmark_without_turns_refuses_a_stack_url(capsys):
         main(["bench", "chunker", "--url", "wss://example.invalid/"])
 
 
+def test_a_bench_against_a_ticketed_api_mints_a_ticket_per_connection(monkeypatch, tmp_path):
+    from voicewire_tools.cli import main
+    from voicewire_tools.commands import agent_infra
+    from voicewire_tools.local_stack.stack import LocalStack, StackOptions
+
+    options = StackOptions(port=0, speech_port=0, runtime_port=0, tokens=True)
+    local = LocalStack(options, lambda line: None)
+    local.start()
+    try:
+        command = ["bench", "load", "--url", local.ws_url, "--clients", "2", "--turns", "2"]
+        # A ticket opens one connection: without minting, the bench is refused, and says why.
+        with pytest.raises(SystemExit, match=r"HTTP 403.*add --mint-tickets"):
+            main(command)
+        # The deployed secret as agent-infra reads it from SSM (over moto in test_infra_cli).
+        monkeypatch.setattr(agent_infra, "deployed_secret", lambda: local.token_secret)
+        report = tmp_path / "load.json"
+        main([*command, "--mint-tickets", "--json", str(report)])
+        (row,) = json.loads(report.read_text())["loads"]
+        assert row["turns"] == 4 and row["errors"] == 0  # four connections, four tickets
+    finally:
+        local.stop()
+    with pytest.raises(SystemExit, match="--mint-tickets mints connect tickets"):
+        main(["bench", "load", "--mint-tickets"])  # no --url: there is nothing to mint for
+
+
 def test_playback_gaps_are_the_silences_after_the_first_audio():
     from voicewire.turn_client import TimedEvent, TurnResult
     from voicewire_tools.bench.stalls import playback_gaps

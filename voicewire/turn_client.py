@@ -55,17 +55,23 @@ class TurnResult:
             out.writeframes(bytes(self.audio))
 
 
+# A client link's URL, or a function giving a fresh one per connection: a connect ticket opens
+# one connection, so a client that connects more than once against a ticketed API mints anew.
+ConnectionUrl = str | Callable[[], str]
+
+
 async def run_turn(
-    url: str,
+    url: ConnectionUrl,
     message: dict[str, Any],
     on_event: Callable[[TimedEvent], None] | None = None,
     limit_seconds: float = 180,
 ) -> TurnResult:
-    """Open a connection, send ``message``, collect its turn until ``turn_end`` (or an error
-    that ends it before it started)."""
+    """Open a connection (to ``url``, or to the one ``url()`` gives), send ``message``, collect
+    its turn until ``turn_end`` (or an error that ends it before it started)."""
     result = TurnResult()
     current_turn: int | None = None
-    async with connect(url, max_size=None, open_timeout=30) as websocket:
+    address = url() if callable(url) else url
+    async with connect(address, max_size=None, open_timeout=30) as websocket:
         sent = time.perf_counter()
         await websocket.send(json.dumps(message))
         async with asyncio.timeout(limit_seconds):

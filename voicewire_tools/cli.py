@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -147,6 +147,11 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
         one.add_argument("--json", help="also write the figures to this file")
         one.add_argument("--plot", help="also draw them in this PNG")
         one.add_argument("--url", help="a running stack's WebSocket URL (default: start one)")
+        one.add_argument(
+            "--mint-tickets", action="store_true",
+            help="with --url of a deployed API that takes connect tickets: mint one per "
+            "connection from the deployed secret, as agent-infra token does (AWS credentials)",
+        )  # fmt: skip
         add_stack_arguments(one)
         one.set_defaults(speech_port=0, runtime_port=0, speech_link="sagemaker")
 
@@ -215,10 +220,37 @@ def run_benchmark(args: argparse.Namespace) -> None:
             f"voicewire bench {args.benchmark}: --url names a stack to run turns on; this "
             "benchmark runs none"
         )
+    if args.mint_tickets:
+        if not args.url or not getattr(module, "RUNS_TURNS", True):
+            sys.exit(
+                f"voicewire bench {args.benchmark}: --mint-tickets mints connect tickets for the "
+                "deployed API that --url names"
+            )
+        args.ticket_minter = deployed_ticket_minter(args.benchmark)
+    from websockets.exceptions import InvalidStatus
+
     try:
         module.run(args)
+    except InvalidStatus as error:
+        refused = error.response.status_code
+        hint = " (an API that takes connect tickets: add --mint-tickets)" if refused == 403 else ""
+        sys.exit(f"voicewire bench {args.benchmark}: the API refused the connection: {error}{hint}")
     except (RuntimeError, ValueError, OSError) as error:
         sys.exit(f"voicewire bench {args.benchmark}: {error}")
+
+
+def deployed_ticket_minter(benchmark: str) -> Callable[[], str]:
+    """A fresh connect ticket per call, from the deployed secret, read once now: a benchmark
+    against a ticketed API opens a connection per turn, and each ticket opens one."""
+    from functions.auth_tokens import mint_token
+    from voicewire_tools.commands.agent_infra import deployed_secret
+    from voicewire_tools.commands.cdk_runner import InfraError
+
+    try:
+        secret = deployed_secret()
+    except InfraError as error:
+        sys.exit(f"voicewire bench {benchmark}: {error}")
+    return lambda: mint_token(secret, f"voicewire-bench-{benchmark}")
 
 
 def serve_speech(args: argparse.Namespace) -> None:

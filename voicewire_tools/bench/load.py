@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
-from voicewire.turn_client import TurnResult, run_turn
+from voicewire.turn_client import ConnectionUrl, TurnResult, run_turn
 from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import write_json
 from voicewire_tools.bench.stalls import playback_gaps
@@ -60,7 +60,7 @@ def frame_problems(result: TurnResult) -> list[str]:
     return problems
 
 
-async def conversation(url: str, turns: int, client: int) -> list[TurnResult]:
+async def conversation(url: ConnectionUrl, turns: int, client: int) -> list[TurnResult]:
     results = []
     for turn in range(turns):
         question = QUESTIONS[(client + turn) % len(QUESTIONS)]
@@ -86,7 +86,7 @@ def peak_rss_mb(stack: Any) -> float | None:
     return round(total / 1e6, 1) if total else None
 
 
-async def one_load(url: str, stack: Any, clients: int, turns: int) -> dict[str, Any]:
+async def one_load(url: ConnectionUrl, stack: Any, clients: int, turns: int) -> dict[str, Any]:
     peak = peak_rss_mb(stack) or 0.0
     sampling = True
 

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from voicewire.turn_client import TurnResult, run_turn
+from voicewire.turn_client import ConnectionUrl, TurnResult, run_turn
 from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import turn_figures, write_json
 
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 Trials = dict[str, dict[str, list[TurnResult]]]  # answer -> mode -> results
 
 
-async def run_trials(url: str, stack: Any, answers: list[str], trials: int) -> Trials:
+async def run_trials(url: ConnectionUrl, stack: Any, answers: list[str], trials: int) -> Trials:
     modes = list(MODES) if stack is not None else ["batch", "bidi"]
     results: Trials = {answer: {mode: [] for mode in modes} for answer in answers}
     for trial in range(1, trials + 1):
@@ -151,21 +151,25 @@ def plot(results: Trials, path: Path) -> None:
 
 
 @contextlib.contextmanager
-def target(args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
+def target(args: argparse.Namespace) -> Iterator[tuple[ConnectionUrl, Any]]:
     """The WebSocket URL and its stack: ``voicewire demo``'s own stack, or ``--url``."""
     from voicewire_tools.commands.demo import target as demo_target
+    from voicewire_tools.commands.demo import ticketed
 
-    with demo_target(args.url, args) as found:
-        yield found
+    with demo_target(args.url, args) as (url, stack):
+        # --mint-tickets: a fresh connect ticket for each connection (each opens one).
+        yield ticketed(url, getattr(args, "ticket_minter", None)), stack
 
 
 @contextlib.contextmanager
 def own_stack(args: argparse.Namespace, why: str) -> Iterator[tuple[str, Any, dict[str, Any]]]:
     """For a benchmark that changes its stack while it runs (``why``): ``--url`` refused, the
     stack started, its machine line printed; yields the URL, the stack and the machine."""
+    from voicewire_tools.commands.demo import target as demo_target
+
     if args.url:
         raise ValueError(f"{args.benchmark} {why}: it needs its own stack")
-    with target(args) as (url, stack):
+    with demo_target(None, args) as (url, stack):
         machine = describe_machine(speech_info(stack))
         print(machine_line(machine), flush=True)
         yield url, stack, machine

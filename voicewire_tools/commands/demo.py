@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from voicewire.turn_client import TurnResult, run_turn
+from voicewire.turn_client import ConnectionUrl, TurnResult, run_turn
 from voicewire_tools.commands.deployment_check import with_query
 
 DEFAULT_PROMPT = "Why does streaming make voice agents feel faster?"
@@ -63,11 +63,19 @@ def target(url: str | None, args: argparse.Namespace) -> Iterator[tuple[str, Any
         stack.stop()
 
 
+def ticketed(url: str, minter: Callable[[], str | None] | None) -> ConnectionUrl:
+    """``url``, or with a minter (a connect ticket opens one connection) a function giving
+    ``url`` with a fresh ticket for each connection; a URL that carries a ticket is kept."""
+    if minter is None or "token=" in url:
+        return url
+    return lambda: with_query(url, token=minter() or None)
+
+
 Results = dict[str, dict[str, list[TurnResult]]]  # link -> mode -> trials
 
 
 async def run_trials(
-    url: str | Callable[[], str], prompt: str, trials: int, links: tuple[str, ...], stack: Any
+    url: ConnectionUrl, prompt: str, trials: int, links: tuple[str, ...], stack: Any
 ) -> Results:
     """``url``: the client link, or a function giving one per connection (a connect ticket
     opens one connection: ``agent-infra demo`` mints a ticket per turn)."""
@@ -77,10 +85,7 @@ async def run_trials(
             if stack is not None and stack.options.speech_link != link:
                 await asyncio.to_thread(stack.use_speech_link, link)
             for mode in MODES:
-                connection_url = url() if callable(url) else url
-                result = await run_turn(
-                    connection_url, {"action": "ask", "prompt": prompt, "mode": mode}
-                )
+                result = await run_turn(url, {"action": "ask", "prompt": prompt, "mode": mode})
                 if result.status != "complete":
                     raise RuntimeError(
                         f"{mode} trial {trial + 1} ended {result.status}: {result.errors}"
@@ -101,10 +106,7 @@ def run(args: argparse.Namespace) -> None:
         with target(args.url, args) as (url, stack):
             where = f"speech link {', '.join(links)}" if stack is not None else url
             print(f"prompt: {args.prompt!r}; {args.trials} trials per mode ({where})")
-            minter = getattr(args, "ticket_minter", None)  # set by agent-infra demo
-            urls: str | Callable[[], str] = (
-                (lambda: with_query(url, token=minter() or None)) if minter is not None else url
-            )
+            urls = ticketed(url, getattr(args, "ticket_minter", None))  # agent-infra demo's
             results = asyncio.run(run_trials(urls, args.prompt, args.trials, links, stack))
             link_costs = _measure_links(stack, links) if len(links) > 1 else []
     except Exception as error:
