@@ -356,3 +356,28 @@ async def test_any_static_host_serves_the_page_and_its_config_names_the_api(stac
             await page.reload()
             assert await page.input_value("#url") == f"{stack.ws_url}?"
     assert errors == []
+
+
+async def test_the_pages_pause_rules_are_the_speech_servers():
+    """The highlight finds where a sentence's audio ends by the silence the speech server puts
+    after it: the page's rule must be the server's (container/speech_server/chunk_plan.py)."""
+    from speech_server.chunk_plan import pause_after
+
+    chunks = [
+        "Hello there.", "Really?!", 'He said "stop."', "First, then", "so far,", "a list:",
+        "end…", "終わり。", "a cut between", "(aside)", "done.)", "x —", "",
+    ]  # fmt: skip
+    errors: list[str] = []
+    with static_host(ROOT / "web") as host:
+        async with chromium_page(errors) as page:
+            await page.goto(f"{host.url}/")
+            pauses = await page.evaluate(
+                """async chunks => {
+                    const t = await import('./transcript.js');
+                    return chunks.map(chunk => t.pauseAfter(chunk));
+                }""",
+                chunks,
+            )
+    assert pauses == [pause_after(chunk) for chunk in chunks]
+    assert set(pauses) == {0.0, 0.1, 0.25}
+    assert errors == []
