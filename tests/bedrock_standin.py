@@ -22,11 +22,12 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from types import TracebackType
 from typing import Any
 
 from eventstream_encoding import encode_message
+from loopback_http import LoopbackServer
 
 _POLL_S = 0.02  # how often a hold looks at the socket: the precision of ``disconnected_at``
 
@@ -88,18 +89,15 @@ class BedrockStandin:
         self.disconnected = threading.Event()  # the client closed the connection mid-answer
         self.disconnected_at: float | None = None  # time.monotonic() when that was seen
         self._closing = threading.Event()
-        self._server = _Server(("127.0.0.1", 0), _Handler, self)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="bedrock-standin", daemon=True
-        )
+        # The handler reaches this stand-in through its class: one class per stand-in.
+        handler = type("Handler", (_Handler,), {"standin": self})
+        self._server = LoopbackServer(handler, name="bedrock-standin")
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._server.url
 
     def __enter__(self) -> BedrockStandin:
-        self._thread.start()
         return self
 
     def __exit__(
@@ -112,9 +110,7 @@ class BedrockStandin:
 
     def close(self) -> None:
         self._closing.set()  # ends any hold in progress
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=10)
+        self._server.stop()
 
     # --- called by the handler threads ----------------------------------------------------------
 
@@ -146,29 +142,15 @@ def _peer_closed(sock: socket.socket) -> bool:
         return True
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        handler: type[BaseHTTPRequestHandler],
-        standin: BedrockStandin,
-    ) -> None:
-        super().__init__(address, handler)
-        self.standin = standin
-
-
 class _Handler(BaseHTTPRequestHandler):
+    standin: BedrockStandin  # set on the subclass each stand-in makes
     protocol_version = "HTTP/1.1"  # chunked bodies and keep-alive, like Bedrock's endpoint
-    server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keep test output quiet
 
     def do_POST(self) -> None:
-        standin = self.server.standin
+        standin = self.standin
         script = standin.script
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         standin.paths.append(self.path)
