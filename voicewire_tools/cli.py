@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -226,7 +226,13 @@ def run_benchmark(args: argparse.Namespace) -> None:
                 f"voicewire bench {args.benchmark}: --mint-tickets mints connect tickets for the "
                 "deployed API that --url names"
             )
-        args.ticket_minter = deployed_ticket_minter(args.benchmark)
+        from voicewire_tools.commands.agent_infra import ticket_minter
+        from voicewire_tools.commands.cdk_runner import InfraError
+
+        try:  # a ticket per connection (each opens one), from the deployed secret, read now
+            args.ticket_minter = ticket_minter(f"voicewire-bench-{args.benchmark}", required=True)
+        except InfraError as error:
+            sys.exit(f"voicewire bench {args.benchmark}: {error}")
     from websockets.exceptions import InvalidStatus
 
     try:
@@ -237,20 +243,6 @@ def run_benchmark(args: argparse.Namespace) -> None:
         sys.exit(f"voicewire bench {args.benchmark}: the API refused the connection: {error}{hint}")
     except (RuntimeError, ValueError, OSError) as error:
         sys.exit(f"voicewire bench {args.benchmark}: {error}")
-
-
-def deployed_ticket_minter(benchmark: str) -> Callable[[], str]:
-    """A fresh connect ticket per call, from the deployed secret, read once now: a benchmark
-    against a ticketed API opens a connection per turn, and each ticket opens one."""
-    from functions.auth_tokens import mint_token
-    from voicewire_tools.commands.agent_infra import deployed_secret
-    from voicewire_tools.commands.cdk_runner import InfraError
-
-    try:
-        secret = deployed_secret()
-    except InfraError as error:
-        sys.exit(f"voicewire bench {benchmark}: {error}")
-    return lambda: mint_token(secret, f"voicewire-bench-{benchmark}")
 
 
 def serve_speech(args: argparse.Namespace) -> None:

@@ -120,13 +120,14 @@ def deployed_token(ttl: int, principal: str) -> str:
     return mint_token(deployed_secret(), principal, ttl)
 
 
-def ticket_minter(principal: str) -> Callable[[], str | None]:
+def ticket_minter(principal: str, required: bool = False) -> Callable[[], str | None]:
     """A fresh connect ticket per call, from the deployed secret (read at the first call). An
     API without tickets (the local stack) needs none: when the secret cannot be read (no
-    deployment, no credentials), it says so once and gives None, and connections go without."""
+    deployment, no credentials), it says so once and gives None, and connections go without.
+    required: the secret is read now, and InfraError says why it cannot be."""
     from functions.auth_tokens import mint_token
 
-    secret: list[str | None] = []
+    secret: list[str | None] = [deployed_secret()] if required else []
 
     def mint() -> str | None:
         if not secret:
@@ -192,8 +193,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             argv += ["--prompt", args.prompt] if args.prompt else []
             argv += ["--json", args.json] if args.json else []
             demo_args = voicewire_parser().parse_args(argv)
-            if "token=" not in args.url:  # a ticket per connection, minted from the secret
-                demo_args.ticket_minter = ticket_minter("agent-infra-demo")
+            # A ticket per connection, minted from the secret (a URL with its own is kept).
+            demo_args.ticket_minter = ticket_minter("agent-infra-demo")
             demo.run(demo_args)
             return
     except InfraError as error:
