@@ -11,7 +11,11 @@ Docker build), ``speech_endpoint_name`` (another endpoint for the agent's speech
 ``speech-infra`` stages them, ``~/.cache/voicewire/speech-model/<model>-<engine>``; without one,
 the app has no SpeechModelCache stack and the endpoint mounts what the bucket already holds),
 ``allowed_origins`` (comma-separated browser origins that may connect; default: any),
-``page`` (``true``: also the VoicePage stack, the browser page on CloudFront pointed at the API).
+``page`` (``true``: also the VoicePage stack, the browser page on CloudFront pointed at the API),
+``access_logs`` (``true``: the WebSocket stage's access logs, which need the account's API
+Gateway CloudWatch role; ``agent-infra deploy`` checks for it and sets this), ``binary_audio``
+(``true``: audio as binary frames by default, once ``agent-infra check`` has shown that the
+deployment carries them; else base64 text frames).
 """
 
 import os
@@ -78,14 +82,28 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
     settings = VoiceApiSettings(
         bedrock_model_id=context("bedrock_model_id") or DEFAULT_MODEL,
         speech_endpoint_name=context("speech_endpoint_name") or endpoint_settings.endpoint_name,
+        speech_engine=endpoint_settings.engine,
+        speech_capacity_sessions=int(
+            endpoint_settings.max_instances * endpoint_settings.target_sessions_per_instance
+        ),
         allowed_origins=tuple(
             origin.strip() for origin in str(context("allowed_origins") or "").split(",") if origin
         ),
+        access_logs=flag(context("access_logs")),
+        binary_audio=flag(context("binary_audio")),
     )
     api = VoiceApi(app, "VoiceApi", settings, env=env)
-    if str(context("page") or "").lower() in ("true", "1", "yes"):
+    if flag(context("page")):
         VoicePage(app, "VoicePage", api, env=env)
     return app
+
+
+def flag(value: object) -> bool:
+    """A yes/no context value (``-c name=true``); absent is no."""
+    text = str(value or "").lower()
+    if text not in ("", "true", "false", "1", "0", "yes", "no"):
+        raise ValueError(f"expected true or false, not {value!r}")
+    return text in ("true", "1", "yes")
 
 
 def staged_files(given: object, model: str, engine: str) -> Path | None:

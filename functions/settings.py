@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from voicewire.client_protocol import AudioDelivery
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -42,6 +44,11 @@ class Settings:
     max_turns_per_minute: int = 30
     # Audio one turn may send: ~4,000 characters of ``speak`` text last about 4-5 minutes.
     max_speech_seconds_per_turn: float = 360.0
+    # How audio reaches a connection that does not ask (``?audio=``): binary frames where that
+    # is proven (the local stack; a deployment ``agent-infra check`` found to carry them), else
+    # base64 text frames, which every client accepts (the stack's default: AWS documents no
+    # frame type for @connections posts).
+    audio_delivery: AudioDelivery = "binary"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -76,7 +83,14 @@ class Settings:
             speech_chunk_timeout_seconds=float(
                 env.get("VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS", "30")
             ),
+            audio_delivery=audio_delivery(env.get("VOICEWIRE_AUDIO_DELIVERY", "binary")),
         )
+
+
+def audio_delivery(value: str) -> AudioDelivery:
+    if value not in ("binary", "base64"):
+        raise ValueError(f"VOICEWIRE_AUDIO_DELIVERY must be 'binary' or 'base64', not {value!r}")
+    return value  # type: ignore[return-value]
 
 
 def parse_origins(value: str) -> frozenset[str] | None:

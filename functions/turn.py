@@ -45,6 +45,7 @@ from functions.adapters.llm import ConverseStreamClient, LlmError, LlmResult, st
 from functions.adapters.relay import ConnectionGone, Relay, RelayError
 from voicewire.chunker import IncrementalSentenceChunker
 from voicewire.client_protocol import (
+    AudioFormat,
     ClientError,
     Sentence,
     Timings,
@@ -170,7 +171,12 @@ class TurnRunner:
         leaves on its turn_end then finds the record final."""
         status: TurnStatus = "complete"
         error: ClientError | None = None
-        start = TurnStart(turn_id=self.spec.turn_id, turn=self.spec.turn, mode=self.spec.mode)  # type: ignore[arg-type]
+        start = TurnStart(
+            turn_id=self.spec.turn_id,
+            turn=self.spec.turn,
+            mode=self.spec.mode,  # type: ignore[arg-type]
+            audio=AudioFormat(delivery=self.relay.delivery),
+        )
         # Posted while the LLM stream and the speech session start, so its round trip (tens of
         # ms on AWS) is not on the path to the first audio; every later frame waits for it.
         self._announcing = asyncio.create_task(self.relay.control(start))

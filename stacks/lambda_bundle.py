@@ -5,7 +5,9 @@ modules the handlers reach through their imports (``functions/`` and the shared 
 ``voicewire/`` they use: protocols, chunker, speech link), and the third-party distributions
 those modules import, installed for the Lambda platform (arm64, Python 3.12) by uv from wheels.
 Nothing else: no speech server, no local stack, no onnxruntime, no tests. boto3 and botocore are
-left to the Lambda runtime, which ships them.
+bundled too, rather than taken from the Lambda runtime: the runtime's version "depends on the
+runtime version and your AWS Region" and changes under a deployed function (AWS recommends
+packaging your own), and the tests ran the locked one.
 
 Versions come from ``uv.lock`` (``uv export`` as constraints), so the bundle runs what the tests
 ran. CDK calls ``LocalPythonBundling.try_bundle``; returning False would fall back to Docker.
@@ -49,8 +51,10 @@ DISTRIBUTIONS = {
     "websockets": "websockets",
     "sentencex": "sentencex",
     "httpx": "httpx",
+    "boto3": "boto3",
+    "botocore": "botocore",
+    "urllib3": "urllib3",
 }
-RUNTIME_PROVIDED = frozenset({"boto3", "botocore", "urllib3"})  # in every Lambda Python runtime
 
 
 class BundleError(RuntimeError):
@@ -128,9 +132,7 @@ def requirements_for(third_party: set[str]) -> list[str]:
     """The distributions to install for these imports; a new import without a known
     distribution is an error here, not a missing module in production."""
     unknown = sorted(
-        name
-        for name in third_party
-        if not _stdlib(name) and name not in DISTRIBUTIONS and name not in RUNTIME_PROVIDED
+        name for name in third_party if not _stdlib(name) and name not in DISTRIBUTIONS
     )
     if unknown:
         raise BundleError(

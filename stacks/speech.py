@@ -17,6 +17,7 @@ mounted at ``/opt/ml/model``: the endpoint never reaches a model hub.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from aws_cdk import (
@@ -28,7 +29,6 @@ from aws_cdk import (
     Stack,
     Validations,
 )
-from aws_cdk import aws_applicationautoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
@@ -36,13 +36,22 @@ from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
+from speech_server.gpu_pairing import (
+    IMAGE_CUDA,
+    INFERENCE_AMI,
+    INFERENCE_AMIS,
+    driver_runs,
+    is_gpu_instance,
+)
+from speech_server.load_metrics import ENGINE_BUSY, OPEN_SESSIONS
+from speech_server.load_metrics import NAMESPACE as LOAD_METRICS_NAMESPACE
 from stacks.access_logs import access_log_bucket
+from stacks.endpoint_autoscaling import EndpointAutoscaling, TargetTracking
 from stacks.lambda_bundle import ROOT
 from stacks.nag_findings import acknowledge_wildcard
 
 ENDPOINT_PREFIX = "voicewire-"  # every endpoint of this project is named with it
 VARIANT = "AllTraffic"
-METRICS_NAMESPACE = "/aws/sagemaker/Endpoints"  # where SageMaker's container metrics go
 # The bucket's ARN is exported under a fixed name, always (an export a deployed stack imports
 # cannot be removed): SpeechModelCache imports it, and cdk-nag's finding for the copy's grant
 # names it exactly (CDK's generated export names carry a hash).
@@ -105,10 +114,12 @@ class SpeechFoundation(Stack):
                              "logs:DescribeLogStreams"],
                     resources=[endpoint_logs],
                 ),
+                # The container's own load figures, which the endpoint scales on
+                # (speech_server/load_metrics.py), and nothing else.
                 iam.PolicyStatement(
                     actions=["cloudwatch:PutMetricData"],
                     resources=["*"],
-                    conditions={"StringEquals": {"cloudwatch:namespace": METRICS_NAMESPACE}},
+                    conditions={"StringEquals": {"cloudwatch:namespace": LOAD_METRICS_NAMESPACE}},
                 ),
                 iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]),
             ],
@@ -152,8 +163,13 @@ class SpeechFoundation(Stack):
 
 
 ENGINE_ENVIRONMENT = {
-    # The GPU engine: hexgrad's KPipeline over the mounted model directory.
-    "torch": {"VOICEWIRE_ENGINE": "torch", "VOICEWIRE_MODEL_DIR": "/opt/ml/model"},
+    # The GPU engine: hexgrad's KPipeline over the mounted model directory, on CUDA or not at
+    # all (the server refuses to start without a working GPU: speech_server/gpu_check.py).
+    "torch": {
+        "VOICEWIRE_ENGINE": "torch",
+        "VOICEWIRE_DEVICE": "cuda",
+        "VOICEWIRE_MODEL_DIR": "/opt/ml/model",
+    },
     # The CPU engine: the int8 ONNX model and the official voices (model_weights.py).
     "onnx": {
         "VOICEWIRE_ENGINE": "onnx",
@@ -171,10 +187,24 @@ class EndpointSettings:
     # torch: one A10G (Kokoro-82M needs ~1 GB of GPU memory); onnx: 4 vCPUs.
     instance_type: str | None = None
     image_uri: str | None = None  # a prebuilt image: no Docker engine needed to deploy
+    # GPU variants: the AMI whose NVIDIA driver runs the image's CUDA (gpu_pairing.py); without
+    # one SageMaker gives an ml.g5 driver 470, which runs no CUDA 12.
+    inference_ami: str | None = None
     min_instances: int = 1
     max_instances: int = 4
-    # Bidirectional sessions per instance per minute before scaling out: a session is a turn.
-    target_invocations_per_instance: int = 60
+    # Target tracking on what loads an instance, as the container reports it
+    # (speech_server/load_metrics.py); the figures and their reasons are in docs/capacity.md,
+    # from `voicewire bench capacity`:
+    # - the engine's busy share: an instance is sized for 60% (the cliff, where every listener's
+    #   audio queues, is at 100%);
+    # - open bidirectional sessions per instance: ~38 conversations keep an ml.g5.xlarge's
+    #   engine 60% busy. Sessions move first when conversations arrive; the engine's share is
+    #   the truth of it. Out when either is over its target, in only when both are under.
+    target_engine_busy_percent: float = 60.0
+    target_sessions_per_instance: float = 38.0
+    # Out quickly (a new instance takes minutes to serve), in slowly (cold starts hurt).
+    scale_out_cooldown_seconds: int = 120
+    scale_in_cooldown_seconds: int = 900
     # Loading the model on a fresh instance (image pull, weights, warm-up) takes minutes.
     startup_timeout_seconds: int = 900
     p90_latency_alarm_ms: int = 2000
@@ -186,6 +216,35 @@ class EndpointSettings:
     @property
     def instance(self) -> str:
         return self.instance_type or DEFAULT_INSTANCE[self.engine]
+
+    @property
+    def ami(self) -> str | None:
+        """The inference AMI the variant names: the pairing's on a GPU, none on a CPU."""
+        if not is_gpu_instance(self.instance):
+            return None
+        return self.inference_ami or INFERENCE_AMI
+
+    def check(self) -> None:
+        """Refuse, at synth, an endpoint that could not work as configured."""
+        if self.engine not in ENGINE_ENVIRONMENT:
+            raise ValueError(f"engine must be one of {sorted(ENGINE_ENVIRONMENT)}")
+        if self.engine == "torch" and not is_gpu_instance(self.instance):
+            raise ValueError(
+                f"the torch engine needs a GPU instance (ml.g5.xlarge ...), not {self.instance}: "
+                "use the onnx engine on a CPU instance"
+            )
+        ami = self.ami
+        if ami is not None:
+            if ami not in INFERENCE_AMIS:
+                raise ValueError(f"unknown inference AMI {ami!r}: one of {sorted(INFERENCE_AMIS)}")
+            if not driver_runs(IMAGE_CUDA, INFERENCE_AMIS[ami]):
+                cuda = ".".join(map(str, IMAGE_CUDA))
+                raise ValueError(
+                    f"{ami}'s NVIDIA driver cannot run the image's CUDA {cuda} "
+                    "(container/speech_server/gpu_pairing.py)"
+                )
+        if self.image_uri is not None:
+            ecr_image(self.image_uri)  # raises if SageMaker could not pull it
 
 
 class SpeechEndpoint(Stack):
@@ -199,12 +258,33 @@ class SpeechEndpoint(Stack):
         **kwargs: object,
     ) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        if settings.engine not in ENGINE_ENVIRONMENT:
-            raise ValueError(f"engine must be one of {sorted(ENGINE_ENVIRONMENT)}")
+        settings.check()
         self.settings = settings
         role = foundation.execution_role
         if settings.image_uri:
             image = settings.image_uri
+            # Pulling that image only (GetAuthorizationToken is in the foundation's policy). A
+            # repository of another account must also allow this role in its own policy.
+            repository = ecr_image(image)
+            iam.Policy(
+                self,
+                "ImagePull",
+                roles=[role],
+                statements=[
+                    iam.PolicyStatement(
+                        actions=list(IMAGE_PULL_ACTIONS),
+                        resources=[
+                            self.format_arn(
+                                service="ecr",
+                                region=repository.region,
+                                account=repository.account,
+                                resource="repository",
+                                resource_name=repository.name,
+                            )
+                        ],
+                    )
+                ],
+            )
         else:
             asset = ecr_assets.DockerImageAsset(
                 self,
@@ -220,11 +300,7 @@ class SpeechEndpoint(Stack):
                 roles=[role],
                 statements=[
                     iam.PolicyStatement(
-                        actions=[
-                            "ecr:BatchGetImage",
-                            "ecr:GetDownloadUrlForLayer",
-                            "ecr:BatchCheckLayerAvailability",
-                        ],
+                        actions=list(IMAGE_PULL_ACTIONS),
                         resources=[asset.repository.repository_arn],
                     )
                 ],
@@ -245,6 +321,11 @@ class SpeechEndpoint(Stack):
                 ),
                 environment={
                     **ENGINE_ENVIRONMENT[settings.engine],
+                    # The container's load, for the scaling policies below.
+                    "VOICEWIRE_LOAD_METRICS": "cloudwatch",
+                    "VOICEWIRE_ENDPOINT_NAME": settings.endpoint_name,
+                    "VOICEWIRE_VARIANT_NAME": VARIANT,
+                    "VOICEWIRE_METRICS_REGION": self.region,
                     # New files, new model: the endpoint rolls onto them (SpeechModelCache).
                     **(
                         {"VOICEWIRE_MODEL_FILES_SHA256": model_files_digest}
@@ -266,6 +347,7 @@ class SpeechEndpoint(Stack):
                     instance_type=settings.instance,
                     container_startup_health_check_timeout_in_seconds=settings.startup_timeout_seconds,
                     model_data_download_timeout_in_seconds=settings.startup_timeout_seconds,
+                    inference_ami_version=settings.ami,
                 )
             ],
         )
@@ -279,26 +361,38 @@ class SpeechEndpoint(Stack):
         endpoint = sagemaker.CfnEndpoint(
             self, "Endpoint", endpoint_name=settings.endpoint_name,
             endpoint_config_name=config.attr_endpoint_config_name,
+            # An update (a new image, instance type, AMI) keeps the instance count autoscaling
+            # reached, instead of going back to the config's initial count.
+            retain_all_variant_properties=True,
         )  # fmt: skip
-        target = autoscaling.ScalableTarget(
+        dimensions = {"EndpointName": settings.endpoint_name, "VariantName": VARIANT}
+        # Registered around each endpoint update, so that an instance-type change deploys
+        # (stacks/endpoint_autoscaling.py says how and why).
+        self.autoscaling = EndpointAutoscaling(
             self,
-            "Scaling",
-            service_namespace=autoscaling.ServiceNamespace.SAGEMAKER,
-            resource_id=f"endpoint/{settings.endpoint_name}/variant/{VARIANT}",
-            scalable_dimension="sagemaker:variant:DesiredInstanceCount",
+            "Autoscaling",
+            endpoint=endpoint,
+            config=config,
+            variant=VARIANT,
             min_capacity=settings.min_instances,
             max_capacity=settings.max_instances,
+            policies=[
+                TargetTracking(
+                    name=f"{settings.endpoint_name}-{metric}",
+                    namespace=LOAD_METRICS_NAMESPACE,
+                    metric=metric,
+                    unit=unit,
+                    dimensions=dimensions,
+                    target=target,
+                    scale_out_cooldown_seconds=settings.scale_out_cooldown_seconds,
+                    scale_in_cooldown_seconds=settings.scale_in_cooldown_seconds,
+                )
+                for metric, unit, target in (
+                    (ENGINE_BUSY, "Percent", settings.target_engine_busy_percent),
+                    (OPEN_SESSIONS, "Count", settings.target_sessions_per_instance),
+                )
+            ],
         )
-        target.node.add_dependency(endpoint)
-        target.scale_to_track_metric(
-            "SessionsPerInstance",
-            target_value=settings.target_invocations_per_instance,
-            predefined_metric=autoscaling.PredefinedMetric.SAGEMAKER_VARIANT_INVOCATIONS_PER_INSTANCE,
-            # Out quickly (a new instance takes minutes to load), in slowly (cold starts hurt).
-            scale_out_cooldown=Duration.minutes(2),
-            scale_in_cooldown=Duration.minutes(15),
-        )
-        dimensions = {"EndpointName": settings.endpoint_name, "VariantName": VARIANT}
         errors = cloudwatch.Metric(
             namespace="AWS/SageMaker", metric_name="Invocation5XXErrors",
             dimensions_map=dimensions, statistic="Sum", period=Duration.minutes(5),
@@ -319,4 +413,47 @@ class SpeechEndpoint(Stack):
             evaluation_periods=3, treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description="The speech model's p90 latency is high",
         )  # fmt: skip
+        busy = cloudwatch.Metric(
+            namespace=LOAD_METRICS_NAMESPACE, metric_name=ENGINE_BUSY,
+            dimensions_map=dimensions, statistic="Maximum", period=Duration.minutes(1),
+        )  # fmt: skip
+        cloudwatch.Alarm(
+            self, "EngineSaturated", metric=busy, threshold=95, evaluation_periods=5,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description="An instance's speech engine has been busy over 95% for 5 minutes: "
+            "its listeners' audio queues (docs/capacity.md); the fleet is at its maximum or "
+            "scaling is not keeping up",
+        )  # fmt: skip
         CfnOutput(self, "EndpointName", value=settings.endpoint_name)
+
+
+# What SageMaker's execution role needs on an image's repository to pull it.
+IMAGE_PULL_ACTIONS = (
+    "ecr:BatchGetImage",
+    "ecr:GetDownloadUrlForLayer",
+    "ecr:BatchCheckLayerAvailability",
+)
+_ECR_IMAGE = re.compile(
+    r"(?P<account>\d{12})\.dkr\.ecr(?:-fips)?\.(?P<region>[a-z]{2}(?:-[a-z]+)+-\d)"
+    r"\.amazonaws\.com(?:\.cn)?/(?P<name>[a-z0-9]+(?:[._/-][a-z0-9]+)*)"
+    r"(?::[\w][\w.-]{0,127}|@sha256:[0-9a-f]{64})?"
+)
+
+
+@dataclass(frozen=True)
+class EcrImage:
+    account: str
+    region: str
+    name: str  # the repository
+
+
+def ecr_image(uri: str) -> EcrImage:
+    """The ECR repository of an image URI (SageMaker pulls real-time images from ECR only)."""
+    match = _ECR_IMAGE.fullmatch(uri)
+    if match is None:
+        raise ValueError(
+            f"image_uri {uri!r} is not an Amazon ECR image "
+            "(ACCOUNT.dkr.ecr.REGION.amazonaws.com/REPOSITORY[:TAG|@sha256:DIGEST]): SageMaker "
+            "pulls a real-time endpoint's image from ECR"
+        )
+    return EcrImage(match["account"], match["region"], match["name"])

@@ -8,7 +8,14 @@
 
 The functions run the code of ``functions/`` unchanged, from one asset built without Docker
 (``stacks/lambda_bundle.py``). The worker's timeout and asynchronous-invocation settings come
-from ``functions/worker_policy.py``: the values the worker's idempotency design relies on.
+from ``functions/worker_policy.py`` for the speech endpoint's engine: the values the worker's
+idempotency design relies on.
+
+Two settings depend on the account and the deployment, and ``agent-infra deploy`` sets them:
+``access_logs`` (a stage with access logs needs the account's API Gateway CloudWatch role, which
+a fresh account lacks; without it the stage cannot be created) and ``binary_audio`` (audio as
+binary frames by default, only once ``agent-infra check`` has shown this deployment carries
+them; else base64 text frames).
 
 The token secret is an SSM SecureString created by ``agent-infra`` before deploying (CloudFormation
 cannot create SecureString parameters); the stack only names it and lets the authorizer read it.
@@ -17,12 +24,14 @@ cannot create SecureString parameters); the stack only names it and lets the aut
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import jsii
 from aws_cdk import (
     Acknowledgment,
+    Annotations,
     ArnFormat,
     AssetHashType,
     BundlingOptions,
@@ -46,7 +55,7 @@ from constructs import Construct
 
 from functions.adapters.session_table import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
-from functions.worker_policy import WORKER_POLICY
+from functions.worker_policy import WorkerPolicy, worker_policy_for
 from stacks.lambda_bundle import LAMBDA_PLATFORM, LAMBDA_PYTHON, ROOT, build_bundle
 from stacks.nag_findings import acknowledge_wildcard
 from stacks.pipeline_monitoring import PipelineMonitoring
@@ -61,15 +70,37 @@ TOKEN_QUERY_PARAMETER = "token"
 class VoiceApiSettings:
     bedrock_model_id: str
     speech_endpoint_name: str = "kokoro-82m"
+    speech_engine: str = "torch"  # the endpoint's: the worker's time limits follow from it
+    # Conversations the speech fleet holds at its largest (instances x sessions per instance,
+    # stacks/speech.py, from docs/capacity.md): what the stage's shared throttle is sized for.
+    speech_capacity_sessions: int = 4 * 38
     token_parameter_name: str = TOKEN_SECRET_PARAMETER
     stage_name: str = "prod"
-    # Per-route throttling of the stage: a voice client sends a few messages per turn.
-    throttle_rate: float = 50.0
-    throttle_burst: int = 100
     # Browser origins that may connect (empty: any); see functions/origins.py.
     allowed_origins: tuple[str, ...] = ()
     max_turns_per_minute: int = 30  # per connection
     max_speech_seconds_per_turn: float = 360.0
+    # The stage's JSON access logs: only where the account has API Gateway's CloudWatch role.
+    access_logs: bool = False
+    # Audio as binary frames by default: only once agent-infra check proved them here.
+    binary_audio: bool = False
+
+    @property
+    def stage_throttle(self) -> tuple[float, int]:
+        """The stage's route throttle (rate per second, burst), which every client shares.
+
+        Each connection is held to its own limits by the functions (``max_turns_per_minute``,
+        ``max_speech_seconds_per_turn``); this one only stops what the whole deployment could
+        not serve anyway: every conversation the speech fleet holds at its largest, each at its
+        own turn limit, each turn an action and a cancel. One fixed figure for every client
+        (50/s before) throttled a busy deployment's ordinary traffic as one."""
+        per_second = self.speech_capacity_sessions * self.max_turns_per_minute / 60 * 2
+        rate = float(max(10, math.ceil(per_second)))
+        return rate, int(2 * rate)
+
+    @property
+    def worker_policy(self) -> WorkerPolicy:
+        return worker_policy_for(self.speech_engine, self.max_speech_seconds_per_turn)
 
 
 # One JSON line per connect, message and disconnect: who, which route, how it went, how long.
@@ -129,20 +160,32 @@ def functions_code() -> lambda_.Code:
     )
 
 
-def bedrock_resources(model_id: str, region: str, account: str) -> list[str]:
+INFERENCE_PROFILE_PREFIXES = ("us", "eu", "apac", "us-gov", "jp", "au", "ca", "global")
+
+
+def foundation_model_of(model_id: str) -> str:
+    """The foundation model behind a model id or a cross-region inference profile's id."""
+    prefix, _, base_model = model_id.partition(".")
+    return base_model if prefix in INFERENCE_PROFILE_PREFIXES and base_model else model_id
+
+
+def bedrock_resources(
+    model_id: str, region: str, account: str, partition: str = "aws"
+) -> list[str]:
     """What ``bedrock:InvokeModelWithResponseStream`` must be allowed on for ``model_id``.
 
     A cross-region inference profile (``us.``, ``eu.``, ``apac.``, ``global.`` ...) routes each
     request to the foundation model in one of several regions: the profile's ARN here, and the
     model's ARN in every region (the set of regions is AWS's to change, so ``*`` for the region,
-    the model itself still named)."""
-    prefix, _, base_model = model_id.partition(".")
-    if prefix in ("us", "eu", "apac", "us-gov", "jp", "au", "ca", "global") and base_model:
+    the model itself still named). ``partition``: the stack's (``aws``, ``aws-cn``,
+    ``aws-us-gov``; a token at synth)."""
+    base_model = foundation_model_of(model_id)
+    if base_model != model_id:
         return [
-            f"arn:aws:bedrock:{region}:{account}:inference-profile/{model_id}",
-            f"arn:aws:bedrock:*::foundation-model/{base_model}",
+            f"arn:{partition}:bedrock:{region}:{account}:inference-profile/{model_id}",
+            f"arn:{partition}:bedrock:*::foundation-model/{base_model}",
         ]
-    return [f"arn:aws:bedrock:{region}::foundation-model/{model_id}"]
+    return [f"arn:{partition}:bedrock:{region}::foundation-model/{model_id}"]
 
 
 class VoiceApi(Stack):
@@ -171,13 +214,17 @@ class VoiceApi(Stack):
             resource="parameter",
             resource_name=settings.token_parameter_name.lstrip("/"),
         )
+        policy = settings.worker_policy
         self.worker = self._function(
-            "Worker", "worker", code, timeout=Duration.seconds(WORKER_POLICY.timeout_seconds),
+            "Worker", "worker", code, timeout=Duration.seconds(policy.timeout_seconds),
             memory=1024,
         )  # fmt: skip
+        self.worker.add_environment(
+            "VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS", f"{policy.speech_chunk_timeout_seconds:g}"
+        )
         self.worker.configure_async_invoke(
-            retry_attempts=WORKER_POLICY.async_retry_attempts,
-            max_event_age=Duration.seconds(WORKER_POLICY.max_event_age_seconds),
+            retry_attempts=policy.async_retry_attempts,
+            max_event_age=Duration.seconds(policy.max_event_age_seconds),
         )
         self.messages = self._function("Messages", "messages", code)
         self.connect = self._function("Connect", "connect", code)
@@ -215,7 +262,9 @@ class VoiceApi(Stack):
                 ],
             )
         )
-        model_access_arns = bedrock_resources(settings.bedrock_model_id, self.region, self.account)
+        model_access_arns = bedrock_resources(
+            settings.bedrock_model_id, self.region, self.account, self.partition
+        )
         model_access = iam.Policy(
             self,
             "ModelAccess",
@@ -270,21 +319,25 @@ class VoiceApi(Stack):
                     f"{route.capitalize()}Integration", self.messages
                 ),
             )
-        access_logs = logs.LogGroup(
-            self, "AccessLogs", retention=logs.RetentionDays.ONE_MONTH,
-            removal_policy=RemovalPolicy.DESTROY,
-        )  # fmt: skip
+        rate, burst = settings.stage_throttle
         self.stage = apigw.WebSocketStage(
             self,
             "Stage",
             web_socket_api=self.api,
             stage_name=settings.stage_name,
             auto_deploy=True,
-            throttle=apigw.ThrottleSettings(
-                rate_limit=settings.throttle_rate, burst_limit=settings.throttle_burst
-            ),
-            access_log_settings=StageAccessLogs(access_logs),
+            throttle=apigw.ThrottleSettings(rate_limit=rate, burst_limit=burst),
+            access_log_settings=self._access_logs(),
         )
+        if not settings.access_logs:
+            Validations.of(self.stage).acknowledge(
+                Acknowledgment(
+                    id="AwsSolutions-APIG1",
+                    reason="The account has no API Gateway CloudWatch role (agent-infra deploy "
+                    "checked): a stage with access logs could not be created. The functions "
+                    "log every connect, message and turn themselves.",
+                )
+            )
         connections_arn = self.format_arn(
             service="execute-api",
             resource=self.api.api_id,
@@ -320,6 +373,24 @@ class VoiceApi(Stack):
 
         self.wss_url = CfnOutput(self, "WebSocketUrl", value=self.stage.url)
         self.callback_url = CfnOutput(self, "CallbackUrl", value=self.stage.callback_url)
+
+    def _access_logs(self) -> StageAccessLogs | None:
+        """The stage's access logs where the account can take them; else none, said at synth
+        and acknowledged, since creating the stage would fail (docs/aws-facts.md)."""
+        if self.settings.access_logs:
+            group = logs.LogGroup(
+                self, "AccessLogs", retention=logs.RetentionDays.ONE_MONTH,
+                removal_policy=RemovalPolicy.DESTROY,
+            )  # fmt: skip
+            return StageAccessLogs(group)
+        Annotations.of(self).add_warning_v2(
+            "voicewire:no-access-logs",
+            "The WebSocket stage has no access logs: they need the account's API Gateway "
+            "CloudWatch role, which a fresh account lacks (agent-infra deploy checks, and "
+            "creates it with --create-api-logging-role). With the role in place: "
+            "-c access_logs=true.",
+        )
+        return None
 
     def _function(
         self,
@@ -365,6 +436,7 @@ class VoiceApi(Stack):
                 "VOICEWIRE_ALLOWED_ORIGINS": ",".join(settings.allowed_origins),
                 "VOICEWIRE_MAX_TURNS_PER_MINUTE": str(settings.max_turns_per_minute),
                 "VOICEWIRE_MAX_SPEECH_SECONDS_PER_TURN": str(settings.max_speech_seconds_per_turn),
+                "VOICEWIRE_AUDIO_DELIVERY": "binary" if settings.binary_audio else "base64",
                 "POWERTOOLS_SERVICE_NAME": "voicewire",
                 "POWERTOOLS_METRICS_NAMESPACE": "voicewire",
             },

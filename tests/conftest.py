@@ -63,11 +63,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(engine_factory: EngineFactory, wait_ready: bool = True) -> RunningServer:
-    """The real app under uvicorn on a real loopback port, in a thread with its own loop."""
+def start_server(
+    engine_factory: EngineFactory, wait_ready: bool = True, **app_options: object
+) -> RunningServer:
+    """The real app under uvicorn on a real loopback port, in a thread with its own loop;
+    ``app_options`` go to ``create_app``."""
     port = free_port()
     config = uvicorn.Config(
-        create_app(engine_factory),
+        create_app(engine_factory, **app_options),  # type: ignore[arg-type]
         host="127.0.0.1",
         port=port,
         log_level="warning",

@@ -261,12 +261,30 @@ def test_capacity_autoscaling_adds_instances_under_load():
     assert instances[0] == 1 and max(instances) > 2
 
 
+def test_capacity_autoscaling_counts_sessions_that_have_not_loaded_the_engine_yet():
+    """Open sessions lead the engine's busy share: conversations that arrived but whose audio is
+    not being made yet already count, so the policy on sessions scales out where the engine's
+    share alone would not (here the engine is nearly idle: a GPU 100x faster than the seed's)."""
+    from dataclasses import replace
+
+    from voicewire_tools.bench.capacity import Assumptions, Scenario, simulate
+
+    fast = replace(capacity_inputs(), gpu_real_time_factor=0.0001)
+    ramp = [(0.0, 20.0), (300.0, 200.0)]
+    both = Scenario(ramp, 1, 0.5, autoscale=True, target_sessions=10, target_busy_percent=60)
+    busy = Scenario(ramp, 1, 0.5, autoscale=True, target_sessions=None, target_busy_percent=60)
+    assumptions = Assumptions(provision_s=60, engine_call_s=0.001)
+    scaled = max(n for _, n, _ in simulate(fast, assumptions, both)["timeline"])
+    unscaled = max(n for _, n, _ in simulate(fast, assumptions, busy)["timeline"])
+    assert unscaled == 1 < scaled
+
+
 def test_capacity_report_prices_a_spoken_minute_and_draws_its_picture(tmp_path: Path):
     import argparse
 
     from voicewire_tools.bench.capacity import PRICES, Assumptions, capacity_report, plot
 
-    args = argparse.Namespace(loads="20,200", hours=0.25, routing="least")
+    args = argparse.Namespace(loads="20,200", hours=0.25, routing="least", ramp_hours=1.1)
     inputs, assumptions = capacity_inputs(), Assumptions()
     report = capacity_report(inputs, assumptions, args)
     costs = report["paper"]["cost_per_1000_spoken_minutes_usd"]
@@ -285,6 +303,12 @@ def test_capacity_report_prices_a_spoken_minute_and_draws_its_picture(tmp_path: 
     gpu_hours = spoken_s / 3600 * engine_s_per_audio_s / assumptions.utilization
     assert costs["sagemaker"] == pytest.approx(gpu_hours * PRICES["sagemaker_ml_g5_xlarge_hour"])
     assert report["paper"]["sessions_per_gpu_instance"] > 1
+    # The targets: the busy share the paper sizes for, and the sessions that make it.
+    assert report["paper"]["target_engine_busy_percent"] == 60
+    assert report["paper"]["target_sessions_per_instance"] == int(
+        report["paper"]["sessions_per_gpu_instance"]
+    )
+    assert set(report["autoscaled"]) == {"sessions_and_busy", "busy_only", "invocations"}
     assert {row["instances"] for row in report["sweep"]} == {1, 2, 4, 8}
     picture = tmp_path / "capacity.png"
     plot(report, str(picture))

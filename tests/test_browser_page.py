@@ -229,6 +229,7 @@ async def test_the_status_says_what_went_wrong_and_a_dropped_connection_comes_ba
         assert (await page.evaluate(STATS))["framesDecoded"] > 0
         assert (await page.inner_text("#transcript")).strip() == "Hi there."
         assert "audio=base64" in page.url
+        assert "base64 audio frames" in await page.inner_text("#turn-summary")
 
         # The rules behind the status line, as the page's module has them.
         rules = await page.evaluate(

@@ -1,6 +1,6 @@
 """``agent-infra check``: against the local stack (binary delivery works), and against stand-in
-gateways for what AWS might do instead (raw audio bytes delivered in text frames; a refused
-handshake). What AWS really does is what the command exists to find out."""
+gateways for what a deployment may be (base64 by default, binary frames that arrive as binary or
+as text; a refused handshake). What AWS really does is what the command exists to find out."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
@@ -29,6 +30,7 @@ def test_check_passes_against_the_local_stack(stack, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "binary frames" in result.stdout and "all checks passed" in result.stdout
     report = json.loads(report_file.read_text())
+    assert report["default_delivery"] == "binary"  # the local stack's: proven there
     assert report["binary_audio"] is True and report["base64_audio"] is None
     speak = report["speak"]
     assert speak["status"] == "complete" and speak["audio_delivery"] == "binary"
@@ -47,28 +49,32 @@ def test_check_passes_against_the_local_stack(stack, tmp_path):
     assert report["batch_over_bidi"] > 1  # so streaming speaks sooner
 
 
-class TextDeliveryGateway:
-    """A gateway that posts raw audio bytes as *text* frames (invalid UTF-8), and base64 audio
-    to connections opened with ``?audio=base64``, as API Gateway does for those."""
+class StandinGateway:
+    """A gateway with a default audio delivery (a deployed API's is base64 unless deployed with
+    binary audio on) that posts raw audio bytes as binary frames, or, as AWS might, as *text*
+    frames (invalid UTF-8); ``?audio=`` asks for one delivery."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_delivery: str, binary_as_text: bool) -> None:
+        self.default_delivery, self.binary_as_text = default_delivery, binary_as_text
         self.connections: list[str] = []
 
     async def handle(self, websocket: ServerConnection) -> None:
         path = websocket.request.path
         self.connections.append(path)
-        base64_audio = "audio=base64" in path
+        query = dict(parse_qsl(urlsplit(path).query))
+        delivery = query.get("audio", self.default_delivery)
         async for message in websocket:
             action = json.loads(message)
             mode = action.get("mode", "speak")
-            await websocket.send(json.dumps({"type": "turn_start", "turn": 1, "mode": mode}))
+            start = {"type": "turn_start", "turn": 1, "mode": mode, "audio": {"delivery": delivery}}
+            await websocket.send(json.dumps(start))
             frame = encode_audio_frame(1, 0, b"\x00\xff" * 2400)
-            if base64_audio:
+            if delivery == "base64":
                 data = base64.b64encode(frame[9:]).decode()
                 audio = {"type": "audio", "turn": 1, "seq": 0, "data": data}
                 await websocket.send(json.dumps(audio))
             else:
-                await websocket.send(frame, text=True)  # raw bytes in a text frame
+                await websocket.send(frame, text=self.binary_as_text)
             first_audio = 300.0 if mode == "bidi" else 900.0
             end = {
                 "type": "turn_end",
@@ -78,20 +84,41 @@ class TextDeliveryGateway:
             await websocket.send(json.dumps(end))
 
 
-async def test_audio_in_text_frames_is_reported_with_what_to_do():
-    gateway = TextDeliveryGateway()
+async def check_against(gateway: StandinGateway):
     async with serve(gateway.handle, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
-        report = await check(f"ws://127.0.0.1:{port}/prod", token="abc")
+        return await check(f"ws://127.0.0.1:{port}/prod", token="abc")
+
+
+async def test_a_deployed_api_sends_base64_and_binary_frames_that_arrive_as_text_are_told():
+    gateway = StandinGateway(default_delivery="base64", binary_as_text=True)
+    report = await check_against(gateway)
+    assert report.default_delivery == "base64"
     assert report.binary_audio is False and report.base64_audio is True
-    assert report.plain.close_code == 1007 and report.plain.audio_delivery == "text"
-    assert report.speak.audio_delivery == "base64" and report.speak.close_code is None
+    assert report.binary.close_code == 1007 and report.binary.audio_delivery == "text"
+    assert report.speak is report.plain and report.speak.audio_delivery == "base64"
     assert report.ok and report.batch_over_bidi == pytest.approx(3.0)
-    assert gateway.connections[0] == "/prod?token=abc"
-    assert all("audio=base64" in path for path in gateway.connections[1:])
+    assert gateway.connections[:2] == ["/prod?token=abc", "/prod?token=abc&audio=binary"]
     text = render(report)
-    assert "NOT binary" in text and "?audio=base64" in text and "(checked: it works)" in text
-    assert "closed the connection (1007" in text
+    assert "NOT binary" in text and "Keep binary audio off" in text
+    assert "(checked: it works)" in text and "closed the connection (1007" in text
+
+
+async def test_a_deployment_that_carries_binary_frames_is_told_how_to_turn_them_on():
+    report = await check_against(StandinGateway(default_delivery="base64", binary_as_text=False))
+    assert report.default_delivery == "base64" and report.binary_audio is True
+    assert report.speak is report.binary and report.ok
+    text = render(report)
+    assert "binary frames: PostToConnection's bytes arrive as binary" in text
+    assert "agent-infra deploy --binary-audio" in text
+
+
+async def test_binary_on_where_it_does_not_arrive_is_a_problem():
+    report = await check_against(StandinGateway(default_delivery="binary", binary_as_text=True))
+    assert report.default_delivery == "binary" and report.binary_audio is False
+    assert report.base64_audio is True  # asked for explicitly, base64 still works
+    assert not report.ok
+    assert any("without --binary-audio" in problem for problem in report.problems)
 
 
 async def test_a_refused_handshake_says_a_token_is_needed():

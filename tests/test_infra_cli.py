@@ -66,6 +66,69 @@ def test_agent_infra_adds_the_page_after_the_api_and_destroys_it_first():
     )  # fmt: skip
     destroy = parse(["destroy", "--with-page"])
     assert agent_infra.plan(destroy) == (["VoicePage", "VoiceApi"], {"page": "true"})
+    binary = parse(["deploy", "--bedrock-model-id", "m", "--binary-audio"])
+    assert agent_infra.plan(binary)[1] == {"bedrock_model_id": "m", "binary_audio": "true"}
+
+
+@pytest.fixture
+def deploys(aws, monkeypatch):
+    """agent-infra deploy up to the CDK CLI, whose command and context are recorded instead;
+    Bedrock's model access on a stand-in (moto lacks it)."""
+    from aws_control_standin import Account, serve
+
+    runs: list[tuple[str, list[str], dict[str, str]]] = []
+    monkeypatch.setattr(agent_infra, "check_node", lambda: None)
+    monkeypatch.setattr(
+        agent_infra, "run_cdk",
+        lambda action, stacks, context, needs_account: runs.append((action, stacks, context)) or 0,
+    )  # fmt: skip
+    monkeypatch.setenv("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
+    account = Account(agreement="NOT_AVAILABLE")
+    with serve(account) as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK", server.url)
+        monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", server.url)
+        yield runs
+
+
+def test_deploy_on_a_fresh_account_says_what_it_needs_and_deploys_a_stage_it_can_create(
+    deploys, capsys
+):
+    model = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+    with pytest.raises(SystemExit) as exited:
+        agent_infra.main(["deploy", "--bedrock-model-id", model])
+    assert exited.value.code == 0
+    ((action, stacks, context),) = deploys
+    assert (action, stacks, context["access_logs"]) == ("deploy", ["VoiceApi"], "false")
+    said = capsys.readouterr().out
+    assert "account 123456789012, us-east-1: 2 thing(s) still needed" in said
+    assert "NEED  API Gateway CloudWatch role" in said and "WITHOUT access logs" in said
+    assert f"NEED  Bedrock model {model}: not subscribed yet" in said
+    assert "ok    Anthropic use-case form (once per account): submitted" in said
+
+
+def test_deploy_with_consent_creates_the_logging_role_and_enables_the_model(deploys, capsys):
+    model = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+    with pytest.raises(SystemExit):
+        agent_infra.main(["deploy", "--bedrock-model-id", model, "--create-api-logging-role",
+                          "--enable-model"])  # fmt: skip
+    ((_, _, context),) = deploys
+    assert context["access_logs"] == "true"
+    said = capsys.readouterr().out
+    assert ": ready" in said and "created arn:aws:iam::123456789012:role/" in said
+
+
+def test_speech_infra_stops_before_deploying_an_endpoint_the_quota_forbids(aws, monkeypatch):
+    from aws_control_standin import Account, serve
+
+    monkeypatch.setattr(speech_infra, "gather", lambda args, staged: pytest.fail("gathered"))
+    account = Account(quotas={"ml.g5.xlarge for endpoint usage": 0.0})
+    with serve(account) as server:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", server.url)
+        with pytest.raises(SystemExit) as exited:
+            speech_infra.main(["deploy", "kokoro-82m"])
+    message = str(exited.value.code)
+    assert message.startswith("speech-infra deploy: SageMaker quota 'ml.g5.xlarge for endpoint")
+    assert "request an increase in Service Quotas" in message
 
 
 def test_the_cdk_cli_is_a_pinned_2x_release_run_on_this_interpreter():

@@ -1,95 +1,30 @@
 """The torch engine (what the GPU image runs), everything but the weights: its code runs here
 against stand-ins for ``torch`` and hexgrad's ``kokoro`` with the interfaces it uses (KModel,
 KPipeline's call and results, ``torch.from_numpy``), so CI executes it without a GPU or torch.
-The real thing runs under ``pytest -m torch`` where torch and the weights are installed."""
+The real thing runs under ``pytest -m torch`` where torch and the weights are installed.
+
+When the image asks for CUDA and there is none it can use, the server refuses to start, saying
+what it found (``speech_server.gpu_check``): a GPU endpoint must never quietly run on its CPU."""
 
 from __future__ import annotations
 
+import logging
+import os
+import socket
+import subprocess
 import sys
-import types
-from dataclasses import dataclass, field
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import free_port
+from torch_standin import Calls, Gpu, fake_modules, torch_module_source
 
 from speech_server.engines import load_engine
+from speech_server.gpu_check import GpuUnavailable, require_cuda
 from speech_server.model_assets import ModelAssetError
 from speech_server.settings import EngineSettings
-
-
-class Tensor:
-    """What the engine calls on torch tensors."""
-
-    def __init__(self, array: np.ndarray) -> None:
-        self.array = array
-
-    def float(self) -> Tensor:
-        return Tensor(self.array.astype(np.float32))
-
-    def detach(self) -> Tensor:
-        return self
-
-    def cpu(self) -> Tensor:
-        return self
-
-    def numpy(self) -> np.ndarray:
-        return self.array
-
-
-@dataclass
-class Result:
-    """KPipeline yields results whose ``audio`` is a tensor, or None for an empty segment."""
-
-    audio: Tensor | None
-
-
-@dataclass
-class Calls:
-    models: list[dict] = field(default_factory=list)
-    pipelines: list[str] = field(default_factory=list)
-    spoken: list[dict] = field(default_factory=list)
-
-
-def fake_modules(calls: Calls, no_g2p: set[str]) -> tuple[types.ModuleType, types.ModuleType]:
-    torch = types.ModuleType("torch")
-    torch.cuda = types.SimpleNamespace(is_available=lambda: False)
-    torch.from_numpy = Tensor
-    torch.load = lambda path, weights_only: Tensor(np.load(path))
-
-    class KModel:
-        def __init__(self, repo_id: str, config: str, model: str) -> None:
-            calls.models.append({"repo_id": repo_id, "config": config, "model": model})
-
-        def to(self, device: str) -> KModel:
-            calls.models[-1]["device"] = device
-            return self
-
-        def eval(self) -> KModel:
-            return self
-
-    class KPipeline:
-        def __init__(self, lang_code: str, repo_id: str, model: KModel) -> None:
-            if lang_code in no_g2p:
-                raise ImportError(f"misaki[{lang_code}] is not installed")
-            self.lang_code = lang_code
-            calls.pipelines.append(lang_code)
-
-        def __call__(self, text: str, voice: Tensor, speed: float, split_pattern: object):
-            calls.spoken.append(
-                {"lang": self.lang_code, "text": text, "voice": voice, "speed": speed,
-                 "split_pattern": split_pattern}
-            )  # fmt: skip
-            # Two segments and an empty one, as KPipeline yields past 510 phonemes.
-            samples = int(0.05 * len(text) * 24000 / speed)
-            tone = np.sin(np.arange(samples) * 0.05).astype(np.float64) * 0.3
-            yield Result(Tensor(tone))
-            yield Result(None)
-            yield Result(Tensor(tone[: samples // 2]))
-
-    kokoro = types.ModuleType("kokoro")
-    kokoro.KModel, kokoro.KPipeline = KModel, KPipeline
-    return torch, kokoro
 
 
 @pytest.fixture
@@ -166,3 +101,106 @@ def test_the_torch_engine_reads_hexgrads_voices_directory_too(model_dir, calls):
     (model_dir / "voices" / "am_adam.pt.npy").rename(model_dir / "voices" / "am_adam.pt")
     engine = load_engine(EngineSettings(engine="torch", model_dir=model_dir, voice="am_adam"))
     assert engine.voices == frozenset({"am_adam"}) and engine.default_voice == "am_adam"
+
+
+# --- the device: CUDA asked for, CUDA given ---------------------------------------------------
+
+
+def use_standins(monkeypatch: pytest.MonkeyPatch, gpu: Gpu) -> Calls:
+    calls = Calls()
+    torch, kokoro = fake_modules(calls, no_g2p={"j"}, gpu=gpu)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "kokoro", kokoro)
+    return calls
+
+
+def test_asked_for_cuda_the_engine_loads_on_the_gpu_and_warms_up_there(
+    model_dir, monkeypatch, caplog
+):
+    gpu = Gpu(name="NVIDIA A10G")
+    calls = use_standins(monkeypatch, gpu)
+    with caplog.at_level(logging.INFO, logger="speech_server"):
+        engine = load_engine(EngineSettings(engine="torch", model_dir=model_dir, device="cuda"))
+    assert engine.device == "cuda" and calls.models[0]["device"] == "cuda"
+    assert gpu.kernels == ["cuda"]  # the start-up check ran a kernel on the device
+    assert calls.spoken[0]["text"] == "Ready."  # the warm-up synthesis, before any request
+    assert any("NVIDIA A10G" in r.getMessage() for r in caplog.records)
+    (ready,) = [r.getMessage() for r in caplog.records if "model ready" in r.getMessage()]
+    assert "on cuda (warm-up synthesis" in ready and " ms)" in ready
+
+
+def test_without_a_request_for_cuda_a_missing_gpu_means_the_cpu_said_aloud(
+    model_dir, monkeypatch, caplog
+):
+    use_standins(monkeypatch, Gpu())
+    with caplog.at_level(logging.WARNING, logger="speech_server"):
+        engine = load_engine(EngineSettings(engine="torch", model_dir=model_dir))
+    assert engine.device == "cpu"
+    assert any("runs on the CPU" in r.getMessage() for r in caplog.records)
+
+
+def test_a_driver_too_old_is_named_with_what_torch_needs(tmp_path, monkeypatch):
+    """SageMaker's default driver on ml.g5 (470, CUDA 11.4) under PyPI's CUDA 12.8 torch."""
+    version_file = tmp_path / "version"
+    version_file.write_text(
+        "NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.256.02  Thu May  2 14:37:44 UTC 2024\n"
+    )
+    too_old = "The NVIDIA driver on your system is too old (found version 11040). Please update"
+    gpu = Gpu(init_error=too_old)
+    use_standins(monkeypatch, gpu)
+    with pytest.raises(GpuUnavailable) as refused:
+        require_cuda(sys.modules["torch"], "cuda", version_file)
+    message = str(refused.value)
+    assert "\n" not in message
+    for said in (
+        "VOICEWIRE_DEVICE=cuda",
+        "torch sees no CUDA device: The NVIDIA driver on your system is too old",
+        "driver 470.256.02",
+        "torch 2.10.0+cu128 built for CUDA 12.8",
+        "needs NVIDIA driver >= 525.60.13",
+        "al2-ami-sagemaker-inference-gpu-3-1",
+    ):
+        assert said in message
+
+
+def test_a_gpu_whose_kernels_fail_is_refused_too(model_dir, monkeypatch):
+    gpu = Gpu(name="Tesla K80", kernel_error="CUDA error: no kernel image is available")
+    use_standins(monkeypatch, gpu)
+    with pytest.raises(GpuUnavailable, match="a CUDA kernel failed: CUDA error: no kernel image"):
+        load_engine(EngineSettings(engine="torch", model_dir=model_dir, device="cuda"))
+
+
+def test_the_server_asked_for_cuda_without_one_exits_with_one_line_and_never_listens(tmp_path):
+    """The container's entry point as SageMaker starts it (``python -m speech_server serve``),
+    with the image's environment, on a machine without a GPU."""
+    (tmp_path / "torch.py").write_text(torch_module_source(Gpu()))
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        "VOICEWIRE_ENGINE": "torch",
+        "VOICEWIRE_DEVICE": "cuda",
+        "VOICEWIRE_MODEL_DIR": str(tmp_path),
+        "VOICEWIRE_HOST": "127.0.0.1",
+        "VOICEWIRE_PORT": str(port),
+    }
+    started = time.monotonic()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "speech_server", "serve"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    listened = False
+    try:
+        while server.poll() is None and not listened and time.monotonic() - started < 60:
+            with socket.socket() as probe:
+                listened = probe.connect_ex(("127.0.0.1", port)) == 0
+            time.sleep(0.05)
+    finally:
+        if server.poll() is None:
+            server.kill()
+    _, stderr = server.communicate(timeout=10)
+    assert server.returncode == 1
+    assert not listened  # /ping never answered: SageMaker never sees a healthy container
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("speech server: VOICEWIRE_DEVICE=cuda but torch sees no CUDA device")
+    assert "Found no NVIDIA driver" in last and "torch 2.10.0+cu128 built for CUDA 12.8" in last

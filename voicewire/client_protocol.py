@@ -18,7 +18,9 @@ Server -> client: JSON control frames (``turn_start``, ``text_delta``, ``sentenc
     bytes 9-    audio in the turn's encoding (pcm_s16le, 24 kHz, mono)
 
 Every frame is at most 32 KB, API Gateway's frame limit. Connections opened with
-``?audio=base64`` get ``{"type": "audio", "turn", "seq", "data"}`` text frames instead.
+``?audio=base64``, and every connection of an API whose default is base64 (a deployment not
+checked to carry binary frames), get ``{"type": "audio", "turn", "seq", "data"}`` text frames
+instead; ``turn_start``'s ``audio.delivery`` says which.
 """
 
 from __future__ import annotations
@@ -195,6 +197,10 @@ class AudioFormat(BaseModel):
     encoding: str = AUDIO_ENCODING
     sample_rate: int = SAMPLE_RATE
     channels: int = CHANNELS
+    # How this connection's audio frames arrive: binary frames, or base64 JSON text frames. A
+    # deployed API sends base64 unless its deployment was checked to carry binary frames
+    # (``agent-infra check``); ``?audio=`` on the connect URL asks for one.
+    delivery: AudioDelivery = "binary"
 
 
 class TurnStart(BaseModel):

@@ -257,6 +257,9 @@ function handleStart(frame) {
   const turn = byId(frame.turn_id);
   if (!turn) return;
   turn.number = frame.turn;
+  // Binary frames, or base64 text frames: as the connection asked, else the API's default
+  // (a deployed API sends base64 until its deployment is checked to carry binary frames).
+  turn.delivery = frame.audio ? frame.audio.delivery : undefined;
   if (turn === awaiting) {
     awaiting = null;
     current = turn;
@@ -410,7 +413,8 @@ function render() {
   $("turn-summary").textContent = turn
     ? `turn ${turn.number ?? "…"}, ${turn.mode}, ${turn.status}` +
       (turn.voice ? `, ${turn.voice}` : "") +
-      (turn.speed !== 1 ? `, ${turn.speed.toFixed(2)}×` : "")
+      (turn.speed !== 1 ? `, ${turn.speed.toFixed(2)}×` : "") +
+      (turn.delivery ? `, ${turn.delivery} audio frames` : "")
     : "";
   if (turn) renderText($("transcript"), turn.text);
   renderHistory();

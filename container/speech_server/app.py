@@ -1,6 +1,7 @@
 """The speech server's ASGI app: the SageMaker container contract on port 8080.
 
-- ``GET /ping``: 200 once the model is loaded, 503 while it loads, 500 if loading failed.
+- ``GET /ping``: 200 once the model is loaded (with the instance's load: open sessions, engine
+  busy time), 503 while it loads, 500 if loading failed.
 - ``POST /invocations``: one text, its audio streamed back (``speech_server.invocations``).
 - ``WS /invocations-bidirectional-stream``: the persistent speech session
   (``speech_server.bidi_session``).
@@ -25,9 +26,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket
 
-from speech_server.bidi_session import BidiSession
+from speech_server.bidi_session import IDLE_SESSION_SECONDS, BidiSession
 from speech_server.engines import SpeechEngine
 from speech_server.invocations import error_response, invocations
+from speech_server.load_metrics import (
+    NAMESPACE,
+    LoadGauge,
+    LoadReporter,
+    MetricsTarget,
+    cloudwatch_publisher,
+)
 from speech_server.synthesis import Synthesizer
 from voicewire.speech_protocol import ErrorCode, ProtocolError
 from voicewire.voice_catalog import describe_voices
@@ -47,12 +55,21 @@ class ModelSlot:
     loaded: asyncio.Event | None = None
 
 
-def create_app(engine_factory: EngineFactory) -> Starlette:
+def create_app(
+    engine_factory: EngineFactory,
+    metrics: MetricsTarget | None = None,
+    session_idle_seconds: float = IDLE_SESSION_SECONDS,
+) -> Starlette:
+    """``metrics``: where to publish the instance's load (``speech_server.load_metrics``); by
+    default none (a laptop), and the endpoint stack's environment names one.
+    ``session_idle_seconds``: a bidirectional session with no message for this long is closed."""
     slot = ModelSlot()
+    gauge = LoadGauge()
 
     def load() -> None:
         try:
             slot.synthesizer = Synthesizer(engine_factory())
+            gauge.busy_seconds = lambda: slot.synthesizer.busy_seconds  # type: ignore[union-attr]
             slot.status = "ready"
         except Exception as error:  # reported by /ping and every request, and logged
             logger.exception("loading the speech model failed")
@@ -68,7 +85,19 @@ def create_app(engine_factory: EngineFactory) -> Starlette:
             loop.call_soon_threadsafe(slot.loaded.set)  # type: ignore[union-attr]
 
         threading.Thread(target=load_then_signal, name="model-load", daemon=True).start()
+        reporting = None
+        if metrics is not None:
+            reporter = LoadReporter(gauge, metrics, cloudwatch_publisher(metrics))
+            reporting = asyncio.create_task(reporter.run())
+            logger.info(
+                "publishing load metrics to CloudWatch (%s, %s/%s)",
+                NAMESPACE,
+                metrics.endpoint_name,
+                metrics.variant_name,
+            )
         yield
+        if reporting is not None:
+            reporting.cancel()
         if slot.synthesizer is not None:
             slot.synthesizer.close()
 
@@ -92,6 +121,8 @@ def create_app(engine_factory: EngineFactory) -> Starlette:
                     "default_voice": engine.default_voice,
                     "voices": sorted(engine.voices),
                     "sample_rate": engine.sample_rate,
+                    "open_sessions": gauge.open_sessions,
+                    "engine_busy_seconds": round(gauge.busy_seconds(), 3),
                 }
             )
         return not_ready_response()
@@ -118,7 +149,8 @@ def create_app(engine_factory: EngineFactory) -> Starlette:
         if slot.synthesizer is None:
             await websocket.send_denial_response(not_ready_response())
             return
-        await BidiSession(websocket, slot.synthesizer).run()
+        with gauge.session():
+            await BidiSession(websocket, slot.synthesizer, session_idle_seconds).run()
 
     app = Starlette(
         routes=[
@@ -130,4 +162,5 @@ def create_app(engine_factory: EngineFactory) -> Starlette:
         lifespan=lifespan,
     )
     app.state.model = slot
+    app.state.load = gauge
     return app

@@ -11,6 +11,11 @@ SageMaker hands the container each request part as a text frame (``DataType`` UT
 frame (BINARY, its default), so frames are read with ``receive()`` and bytes decoded as UTF-8;
 ``receive_text()`` would fail on binary parts (the seed's first lesson). WebSocket pings are
 answered by the WebSocket protocol layer (uvicorn).
+
+While the server drains (``speech_server.drain``), a session keeps answering, new messages
+included, until it has had nothing in flight for the drain's idle grace; then the answerer closes
+it with 1001. At the drain's deadline it is cut: whatever is in flight stops, and it closes
+with 1001.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Literal
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from speech_server.drain import GOING_AWAY, GOING_AWAY_REASON, Drain, Ending
 from speech_server.synthesis import SynthesisStats, Synthesizer
 from voicewire.speech_protocol import (
     MAX_PENDING_REQUESTS,
@@ -53,37 +59,76 @@ class PendingRequest:
     cancelled: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-Answer = PendingRequest | ErrorFrame | Pong | CloseMessage
+class DrainStarted:
+    """Wakes an idle answerer when the drain begins, so it waits only the idle grace."""
+
+
+Answer = PendingRequest | ErrorFrame | Pong | CloseMessage | DrainStarted
+
+
+# A session with no message for this long is closed (1000). The worker keeps a finished session
+# for its next turn up to 55 s (functions/settings.py), so none it would use is closed; one held
+# by a Lambda environment that is frozen or gone is, so the open-sessions figure the endpoint
+# scales on (speech_server.load_metrics) counts conversations, not leftovers.
+IDLE_SESSION_SECONDS = 60.0
 
 
 class BidiSession:
-    def __init__(self, websocket: WebSocket, synthesizer: Synthesizer) -> None:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        synthesizer: Synthesizer,
+        idle_seconds: float = IDLE_SESSION_SECONDS,
+    ) -> None:
         self.websocket = websocket
         self.synthesizer = synthesizer
+        self.idle_seconds = idle_seconds
         self.engine = synthesizer.engine
         self.number = next(_session_numbers)
         self._answers: asyncio.Queue[Answer] = asyncio.Queue()
         self._pending: dict[str, PendingRequest] = {}
         self._request_numbers = itertools.count(1)
+        self.drain = Drain.of(websocket.app)
+        self.ending: Ending | None = None  # decided by the drain's idle close or cut
+        self._cut = asyncio.Event()
 
     async def run(self) -> None:
         await self.websocket.accept()
         logger.info("session %d opened", self.number)
+        if self.drain is not None:
+            self.drain.opened(self)
         reader = asyncio.create_task(self._read())
         answerer = asyncio.create_task(self._answer())
+        cut = asyncio.create_task(self._cut.wait())
         try:
-            await asyncio.wait({reader, answerer}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({reader, answerer, cut}, return_when=asyncio.FIRST_COMPLETED)
             if reader.done() and not reader.cancelled() and reader.result() == "close":
                 # A close is answered after every message before it: let the answerer finish.
-                await answerer
+                await asyncio.wait({answerer, cut}, return_when=asyncio.FIRST_COMPLETED)
+            if cut.done() and not answerer.done():
+                answerer.cancel()  # it stops between frames: a send is whole or not begun
+                await asyncio.wait({answerer})
+                with contextlib.suppress(WebSocketDisconnect):
+                    await self.websocket.close(code=GOING_AWAY, reason=GOING_AWAY_REASON)
         finally:
             for pending in self._pending.values():
                 pending.cancelled.set()
-            for task in (reader, answerer):
+            for task in (reader, answerer, cut):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):
                     await task
+            if self.drain is not None:
+                self.drain.ended(self, self.ending or "client")
             logger.info("session %d ended", self.number)
+
+    # --- drain (speech_server.drain) -------------------------------------------------------
+
+    def drain_started(self) -> None:
+        self._answers.put_nowait(DrainStarted())
+
+    def cut(self) -> None:
+        self.ending = self.ending or "cut"
+        self._cut.set()
 
     # --- reader ----------------------------------------------------------------------------
 
@@ -158,8 +203,20 @@ class BidiSession:
 
     async def _answer(self) -> None:
         while True:
-            answer = await self._answers.get()
+            answer = await self._next_answer()
             match answer:
+                case None if self.drain is not None and self.drain.draining:
+                    self.ending = "idle"
+                    await self.websocket.close(code=GOING_AWAY, reason=GOING_AWAY_REASON)
+                    return
+                case None:
+                    logger.info("session %d idle for %g s: closed", self.number, self.idle_seconds)
+                    await self.websocket.close(
+                        code=1000, reason=f"idle for {self.idle_seconds:g} s"
+                    )
+                    return
+                case DrainStarted():
+                    continue
                 case ErrorFrame() | Pong():
                     await self.websocket.send_text(dump_frame(answer))
                 case CloseMessage():
@@ -170,6 +227,17 @@ class BidiSession:
                         await self._synthesize(answer)
                     finally:
                         self._pending.pop(answer.request_id, None)
+
+    async def _next_answer(self) -> Answer | None:
+        """The next thing to answer; ``None`` when nothing came for as long as a session may
+        sit idle: the drain's idle grace while the server drains, else ``idle_seconds`` (the
+        session has nothing in flight: the answerer is the one waiting)."""
+        draining = self.drain is not None and self.drain.draining
+        idle = self.drain.idle_grace if draining else self.idle_seconds  # type: ignore[union-attr]
+        try:
+            return await asyncio.wait_for(self._answers.get(), idle)
+        except TimeoutError:
+            return None
 
     async def _synthesize(self, pending: PendingRequest) -> None:
         request = pending.request

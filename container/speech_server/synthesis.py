@@ -87,6 +87,9 @@ class Synthesizer:
         self.lookahead = lookahead
         self.frame_bytes = int(engine.sample_rate * FRAME_SECONDS) * SAMPLE_WIDTH
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synthesis")
+        # Seconds the synthesis thread has spent in the engine: what loads an instance
+        # (speech_server.load_metrics). Written by that one thread only.
+        self.busy_seconds = 0.0
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -150,7 +153,7 @@ class Synthesizer:
                 # One engine step per call on the synthesis thread, so a cancel or another
                 # request's chunk waits for one vocoder window at most.
                 while not cancelled.is_set():
-                    pcm = await loop.run_in_executor(self._executor, next, pieces, None)
+                    pcm = await loop.run_in_executor(self._executor, self._step, pieces)
                     if pcm is None:
                         break
                     await ready.put(pcm)
@@ -162,6 +165,14 @@ class Synthesizer:
             await ready.put(error)
             return
         await ready.put(_END)
+
+    def _step(self, pieces: Iterator[bytes]) -> bytes | None:
+        """Runs on the synthesis thread: the next piece, its engine time counted."""
+        started = time.perf_counter()
+        try:
+            return next(pieces, None)
+        finally:
+            self.busy_seconds += time.perf_counter() - started
 
     def _render(self, chunk: str, voice: str, speed: float, *, streamed: bool) -> Iterator[bytes]:
         """Runs on the synthesis thread: model call, silence trim, pause, int16 conversion."""

@@ -1,4 +1,5 @@
-"""``$connect``: record the connection, its principal and how it wants audio delivered."""
+"""``$connect``: record the connection, its principal and how its audio is delivered: as it asks
+(``?audio=binary|base64``), else the API's default (``VOICEWIRE_AUDIO_DELIVERY``)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def connect(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
         # Also here, not only in the authorizer: a stack without tickets has no authorizer.
         logger.info("connection refused: origin not allowed")
         return {"statusCode": 403, "body": "this origin may not connect"}
-    audio = (event.query_string_parameters or {}).get("audio", "binary")
+    audio = (event.query_string_parameters or {}).get("audio", adapters.settings.audio_delivery)
     if audio not in ("binary", "base64"):
         logger.info("connection refused: bad audio parameter", audio=audio)
         return {"statusCode": 400, "body": "audio must be 'binary' or 'base64'"}

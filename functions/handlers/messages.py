@@ -22,6 +22,7 @@ from functions.events import MessageEvent
 from functions.observability import logger
 from functions.wiring import Adapters, current_adapters
 from functions.worker_job import WorkerJob
+from voicewire.aws_domains import dns_suffix
 from voicewire.client_protocol import (
     AskAction,
     CancelAction,
@@ -52,7 +53,8 @@ def callback_url(event: MessageEvent, adapters: Adapters) -> str:
     context = event.request_context
     if settings.region is None:
         raise RuntimeError("AWS_REGION is not set and no VOICEWIRE_CALLBACK_URL is configured")
-    return f"https://{context.api_id}.execute-api.{settings.region}.amazonaws.com/{context.stage}"
+    domain = f"execute-api.{settings.region}.{dns_suffix(settings.region)}"
+    return f"https://{context.api_id}.{domain}/{context.stage}"
 
 
 def send_error(

@@ -46,6 +46,7 @@ from smithy_http.aio.crt import (
     _AWSCRTEventLoop,
 )
 
+from voicewire.aws_domains import dns_suffix
 from voicewire.speech_link.errors import SpeechStreamError
 
 logger = logging.getLogger(__name__)
@@ -70,7 +71,7 @@ def default_region() -> str:
 
 def runtime_endpoint(region: str) -> str:
     """SageMaker's bidirectional-streaming front door in ``region`` (HTTP/2 on port 8443)."""
-    return f"https://runtime.sagemaker.{region}.amazonaws.com:8443"
+    return f"https://runtime.sagemaker.{region}.{dns_suffix(region)}:8443"
 
 
 class Boto3CredentialsResolver(IdentityResolver[AWSCredentialsIdentity, AWSIdentityProperties]):

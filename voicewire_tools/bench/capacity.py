@@ -26,8 +26,14 @@ connections and messages, DynamoDB writes, cost per 1,000 spoken minutes.
 of turns; each turn's chunks reach its instance at their measured times and queue for the one
 synthesis thread an instance has (the speech server's), first come first served across sessions,
 as the server does. Out come first-audio p50/p95 and playback stalls against load and instance
-count, and one autoscaled run (the stack's target tracking: requests per instance per minute,
-out after 2 minutes, in after 15, a new instance serving after ``provision_s``) under a ramp.
+count, and autoscaled runs under a ramp: the stack's target tracking (open sessions and the
+engine's busy share per instance, as the container publishes them: out after 2 minutes over
+either target, in after 15 under both, a new instance serving after ``provision_s``) against
+the invocation count the stack used to track.
+
+**The targets it gives** (``stacks/speech.py`` takes them): the engine's busy share an instance
+is sized for (``Assumptions.utilization``, 60%: the cliff, where every listener's audio queues,
+is at 100%), and the open sessions that make that share on paper (``sessions_per_gpu_instance``).
 """
 
 from __future__ import annotations
@@ -244,8 +250,12 @@ def paper_model(inputs: MeasuredInputs, assumptions: Assumptions) -> dict[str, A
     return {
         "audio_per_turn_s": audio_per_turn,
         "requests_per_session_minute": requests_per_session_minute,
-        # The autoscaling target that keeps sessions_per_gpu_instance sessions on an instance,
-        # if SageMaker counts each synthesis request as an invocation.
+        # The targets stacks/speech.py tracks: the engine's busy share an instance is sized for,
+        # and the open sessions that make it.
+        "target_engine_busy_percent": assumptions.utilization * 100,
+        "target_sessions_per_instance": math.floor(sessions_per_instance),
+        # What an invocation-count target would have to be for the same sessions, if SageMaker
+        # counted each synthesis request (it counts a bidirectional stream once).
         "sized_target_requests_per_minute": sessions_per_instance * requests_per_session_minute,
         "turn_cycle_s": turn_cycle,
         "speaking_share": speaking_share,
@@ -279,8 +289,9 @@ class TurnRecord:
 class Instance:
     engine: simpy.Resource
     ready_at: float
-    sessions: int = 0
-    requests: int = 0  # synthesis requests started, for the autoscaling metric
+    sessions: int = 0  # conversations with a session open here (what OpenSessions counts)
+    requests: int = 0  # synthesis requests started (what InvocationsPerInstance would count)
+    busy_s: float = 0.0  # engine time spent (what EngineBusy measures)
 
 
 class Deployment:
@@ -310,7 +321,20 @@ class Scenario:
     hours: float
     autoscale: bool = False
     max_instances: int = 16
-    target_requests_per_minute: float = 60.0  # stacks/speech.py's target tracking
+    # Target tracking, per-instance averages (None: that policy is absent). The stack's: open
+    # sessions and the engine's busy share; the one it used to have: requests per minute.
+    target_sessions: float | None = 38.0
+    target_busy_percent: float | None = 60.0
+    target_requests_per_minute: float | None = None
+
+    def load_ratios(self, sessions: float, busy_percent: float, requests: float) -> list[float]:
+        """Each policy's metric over its target (above 1: that policy wants more instances)."""
+        pairs = (
+            (sessions, self.target_sessions),
+            (busy_percent, self.target_busy_percent),
+            (requests, self.target_requests_per_minute),
+        )
+        return [value / target for value, target in pairs if target]
 
 
 def simulate(
@@ -343,9 +367,9 @@ def simulate(
         with instance.engine.request() as slot:
             yield slot
             instance.requests += 1
-            yield env.timeout(
-                assumptions.engine_call_s + chunk.audio_s * inputs.gpu_real_time_factor
-            )
+            seconds = assumptions.engine_call_s + chunk.audio_s * inputs.gpu_real_time_factor
+            instance.busy_s += seconds
+            yield env.timeout(seconds)
 
     def turn(instance: Instance) -> Any:
         start = env.now
@@ -387,25 +411,32 @@ def simulate(
             env.process(session())
 
     def autoscaler() -> Any:
-        # Target tracking on requests per instance per minute: out after 2 minutes over the
-        # target (then 2 minutes of cooldown), in after 15 minutes under 90% of it.
+        # Target tracking, each policy on a per-instance average over the last minute: out after
+        # 2 minutes with any policy over its target (then 2 minutes of cooldown), in after 15
+        # minutes with every policy under 90% of its target.
         over = under = 0
         last_change = -math.inf
-        previous = 0
+        previous_requests, previous_busy = 0, 0.0
         while True:
             yield env.timeout(60)
             live = deployment.serving()
-            total = sum(i.requests for i in deployment.instances)
-            per_instance = (total - previous) / max(1, len(live))
-            previous = total
+            requests = sum(i.requests for i in deployment.instances)
+            busy = sum(i.busy_s for i in deployment.instances)
+            count = max(1, len(live))
+            ratios = scenario.load_ratios(
+                sessions=sum(i.sessions for i in live) / count,
+                busy_percent=(busy - previous_busy) / 60 / count * 100,
+                requests=(requests - previous_requests) / count,
+            )
+            previous_requests, previous_busy = requests, busy
             timeline.append((env.now, len(live), sum(i.sessions for i in live)))
             if not scenario.autoscale:
                 continue
-            over = over + 1 if per_instance > scenario.target_requests_per_minute else 0
-            under = under + 1 if per_instance < 0.9 * scenario.target_requests_per_minute else 0
+            over = over + 1 if max(ratios) > 1 else 0
+            under = under + 1 if max(ratios) < 0.9 else 0
             pending = len(deployment.instances) - len(live)
             if over >= 2 and not pending and env.now - last_change >= 120:
-                wanted = math.ceil(len(live) * per_instance / scenario.target_requests_per_minute)
+                wanted = math.ceil(len(live) * max(ratios))
                 for _ in range(min(scenario.max_instances, wanted) - len(deployment.instances)):
                     deployment.instances.append(
                         Instance(simpy.Resource(env, 1), env.now + assumptions.provision_s)
@@ -459,6 +490,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hours", type=float, default=1.0, help="simulated time per scenario")
     parser.add_argument("--routing", choices=["random", "least"], default="random")
     parser.add_argument(
+        "--ramp-hours", type=float, default=2.0,
+        help="simulated time of each autoscaled run (its load steps up at 0, 30 and 60 minutes)",
+    )  # fmt: skip
+    parser.add_argument(
         "--loads",
         default=",".join(map(str, LOADS)),
         help="new sessions per minute, comma-separated",
@@ -500,18 +535,39 @@ def capacity_report(
     ramp_top = max(loads)
     ramp = [(0.0, ramp_top / 8), (1800.0, ramp_top / 2), (3600.0, ramp_top)]
     paper = paper_model(inputs, assumptions)
+    from stacks.speech import EndpointSettings
+
+    stack = EndpointSettings()
+    hours = args.ramp_hours
+    policies = {
+        # What stacks/speech.py deploys: open sessions and the engine's busy share.
+        "sessions_and_busy": Scenario(
+            ramp, 1, hours, autoscale=True, target_sessions=stack.target_sessions_per_instance,
+            target_busy_percent=stack.target_engine_busy_percent,
+        ),
+        # The engine's busy share alone: the truth of the load, but it moves only once the
+        # sessions' audio is being made.
+        "busy_only": Scenario(
+            ramp, 1, hours, autoscale=True, target_sessions=None,
+            target_busy_percent=stack.target_engine_busy_percent,
+        ),
+        # What the stack tracked before: SageMaker's invocations, 60 per instance per minute,
+        # were SageMaker to count each synthesis request (it counts a stream once).
+        "invocations": Scenario(
+            ramp, 1, hours, autoscale=True, target_sessions=None, target_busy_percent=None,
+            target_requests_per_minute=60.0,
+        ),
+    }  # fmt: skip
     autoscaled = {}
-    for name, target in (
-        ("stack_target", Scenario(ramp, 1, 2.0).target_requests_per_minute),
-        ("sized_target", paper["sized_target_requests_per_minute"]),
-    ):
+    for name, scenario in policies.items():
         print(f"simulating the autoscaled ramp ({name})...", flush=True)
-        scenario = Scenario(
-            ramp, 1, max(args.hours, 2.0), autoscale=True, target_requests_per_minute=target
-        )
         result = simulate(inputs, assumptions, scenario, args.routing)
         autoscaled[name] = {
-            "target_requests_per_minute": target,
+            "targets": {
+                "sessions": scenario.target_sessions,
+                "busy_percent": scenario.target_busy_percent,
+                "requests_per_minute": scenario.target_requests_per_minute,
+            },
             "ramp": ramp,
             "first_audio_p50_s": result["first_audio_p50_s"],
             "first_audio_p95_s": result["first_audio_p95_s"],
@@ -534,6 +590,10 @@ def capacity_report(
         "limits": LIMITS,
         "prices": PRICES,
         "paper": paper,
+        "stack_targets": {
+            "sessions_per_instance": stack.target_sessions_per_instance,
+            "engine_busy_percent": stack.target_engine_busy_percent,
+        },
         "routing": args.routing,
         "sweep": sweep,
         "autoscaled": autoscaled,
@@ -592,13 +652,23 @@ def print_report(report: dict[str, Any]) -> None:
                 f"{row['stalled_turns']:4.0%}".center(26)
             )
         print(f"{load:>12.0f} | " + " | ".join(cells))
+    stack = report["stack_targets"]
+    agrees = abs(stack["sessions_per_instance"] / paper["target_sessions_per_instance"] - 1) < 0.1
+    print(
+        f"autoscaling targets: {paper['target_sessions_per_instance']} open sessions and "
+        f"{paper['target_engine_busy_percent']:.0f}% engine busy per instance (the sizing above); "
+        f"stacks/speech.py tracks {stack['sessions_per_instance']:g} and "
+        f"{stack['engine_busy_percent']:g}%"
+        + ("" if agrees else " -- UPDATE stacks/speech.py: it disagrees by more than 10%")
+    )
     for name, auto in report["autoscaled"].items():
         peak = max((n for _, n, _ in auto["timeline"]), default=0)
+        targets = ", ".join(f"{k} {v:g}" for k, v in auto["targets"].items() if v)
         print(
-            f"autoscaled ({name}: {auto['target_requests_per_minute']:.0f} requests per instance "
-            f"per minute) under the ramp {auto['ramp']}: p50 {auto['first_audio_p50_s']:.2f} s, "
-            f"p95 {auto['first_audio_p95_s']:.2f} s, stalled turns {auto['stalled_turns']:.0%}, "
-            f"up to {peak} instances, {auto['instance_hours']:.1f} instance-hours"
+            f"autoscaled ({name}: {targets}) under the ramp {auto['ramp']}: "
+            f"p50 {auto['first_audio_p50_s']:.2f} s, p95 {auto['first_audio_p95_s']:.2f} s, "
+            f"stalled turns {auto['stalled_turns']:.0%}, up to {peak} instances, "
+            f"{auto['instance_hours']:.1f} instance-hours"
         )
 
 
@@ -627,10 +697,10 @@ def plot(report: dict[str, Any], path: str) -> None:
     left.legend()
     twin = right.twinx()
     for (name, auto), colour in zip(
-        report["autoscaled"].items(), ("tab:blue", "tab:green"), strict=False
+        report["autoscaled"].items(), ("tab:blue", "tab:orange", "tab:green"), strict=False
     ):
         times = [t / 60 for t, _, _ in auto["timeline"]]
-        label = f"{name.replace('_', ' ')} ({auto['target_requests_per_minute']:.0f}/min)"
+        label = name.replace("_", " ")
         right.step(
             times, [n for _, n, _ in auto["timeline"]], where="post", color=colour, label=label
         )

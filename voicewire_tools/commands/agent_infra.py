@@ -1,14 +1,17 @@
 """``agent-infra``: the agent side of a deployment (the WebSocket API and its functions).
 
     uv run agent-infra deploy|diff|synth|destroy --bedrock-model-id ID [--endpoint-name NAME]
-        [--allowed-origins https://app.example.com] [--with-page]
+        [--allowed-origins https://app.example.com] [--with-page] [--binary-audio]
+        [--create-api-logging-role] [--enable-model]
     uv run agent-infra token [--ttl 120] [--principal NAME]
     uv run agent-infra demo --url wss://... [--prompt ...] [--trials 3]
     uv run agent-infra check --url wss://abc123.execute-api.eu-west-1.amazonaws.com/prod \\
         [--token TOKEN] [--json report.json]
 
 ``deploy`` makes the token secret (an SSM SecureString, which CloudFormation cannot create) if
-the account has none yet, then deploys the VoiceApi stack; ``--with-page`` also deploys
+the account has none yet, says what the account has and still needs (``account_readiness``: the
+API Gateway CloudWatch role the stage's access logs need, the Bedrock model's first use), then
+deploys the VoiceApi stack; ``--with-page`` also deploys
 VoicePage, the browser page on CloudFront with the API's URL filled in (its ``PageUrl`` output).
 ``token`` mints a connection token from the deployed secret. ``demo`` runs ``voicewire demo``'s
 bidi-vs-batch comparison against the deployed API (a fresh ticket for each connection unless the
@@ -33,6 +36,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from botocore.exceptions import BotoCoreError
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
+from voicewire_tools.commands.account_readiness import (
+    Finding,
+    api_logging_role,
+    model_access,
+    render,
+)
 from voicewire_tools.commands.cdk_runner import InfraError, check_account, check_node, run_cdk
 
 
@@ -55,6 +64,21 @@ def build_parser() -> argparse.ArgumentParser:
         infra.add_argument(
             "--with-page", action="store_true",
             help="also the VoicePage stack: the browser page (web/) on CloudFront, for this API",
+        )  # fmt: skip
+        infra.add_argument(
+            "--binary-audio", action="store_true",
+            help="audio as binary WebSocket frames by default (once agent-infra check has shown "
+            "this deployment carries them); else base64 text frames",
+        )  # fmt: skip
+        infra.add_argument(
+            "--create-api-logging-role", action="store_true",
+            help="deploy: if the account has no API Gateway CloudWatch role in this Region, "
+            "create one and set it (account-wide) so the stage has access logs",
+        )  # fmt: skip
+        infra.add_argument(
+            "--enable-model", action="store_true",
+            help="deploy: if the account has not used the Bedrock model yet, invoke it once "
+            "as you (one token), which subscribes the account",
         )  # fmt: skip
     token = commands.add_parser("token", help="mint a connection token from the deployed secret")
     token.add_argument(
@@ -157,6 +181,8 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         context["speech_endpoint_name"] = args.endpoint_name
     if args.allowed_origins:
         context["allowed_origins"] = args.allowed_origins
+    if args.binary_audio:
+        context["binary_audio"] = "true"
     stacks = ["VoiceApi"]
     if args.with_page:
         context["page"] = "true"
@@ -168,12 +194,30 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
 def infra(args: argparse.Namespace) -> int:
     stacks, context = plan(args)
     needs_account = args.command != "synth"
-    if args.command == "deploy":
+    if args.command in ("deploy", "diff"):
         check_node()
-        _, region = check_account()
-        if ensure_token_secret(region):
+        account, region = check_account()
+        if args.command == "deploy" and ensure_token_secret(region):
             print(f"created the token secret {TOKEN_SECRET_PARAMETER} (SSM SecureString)")
+        findings = account_findings(args, region)
+        print(render(account, region, findings))
+        context["access_logs"] = "true" if findings[0].ready else "false"
     return run_cdk(args.command, stacks, context, needs_account=needs_account)
+
+
+def account_findings(args: argparse.Namespace, region: str) -> list[Finding]:
+    """What the account has and still needs (``account_readiness``); the first is the logging
+    role, which decides the stage's access logs. Only ``deploy`` creates or invokes anything."""
+    import boto3
+
+    session = boto3.Session(region_name=region)
+    deploying = args.command == "deploy"
+    findings = [api_logging_role(session, create=deploying and args.create_api_logging_role)]
+    if args.bedrock_model_id:
+        findings += model_access(
+            session, args.bedrock_model_id, enable=deploying and args.enable_model
+        )
+    return findings
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -16,6 +16,9 @@ def timeline_line(event: TimedEvent) -> str:
     match event.kind:
         case "turn_start":
             what = f"turn {data['turn']} ({data['mode']}), id {data['turn_id']}"
+            delivery = (data.get("audio") or {}).get("delivery")
+            if delivery:  # as the connection asked, else the API's default
+                what += f", audio as {delivery} frames"
         case "text_delta":
             what = repr(data["text"])
         case "sentence":

@@ -6,10 +6,11 @@ Three questions, each answered plainly:
    audio frame's raw bytes (``0xA1`` header, PCM) with ``PostToConnection``, which has no frame
    type parameter; AWS documents nothing about the frame type the client then gets. If it were a
    text frame, its bytes would not be valid UTF-8: a browser (and most clients) would fail the
-   connection with close code 1007. The check opens a plain connection, speaks a short text and
-   looks at the first audio frame; if it does not arrive as a binary frame, it says that
-   connections must use ``?audio=base64`` (audio as JSON text frames with base64 data, which
-   any client accepts), and checks that those work.
+   connection with close code 1007. So a deployed API sends base64 JSON text frames unless it
+   was deployed with binary audio on (``agent-infra deploy --binary-audio``), and this check is
+   how a deployment earns that: it speaks a short text on a plain connection (the API's default
+   delivery, which ``turn_start`` names), then on one that asks for binary frames
+   (``?audio=binary``), and says whether the binary frames arrived as binary.
 2. **Time to first audio of a ``speak`` turn**: as this client sees it (from sending the action
    to the first audio frame) and as the turn reports it (``timings.first_audio_ms``).
 3. **bidi against batch**: one ``ask`` in each mode on the same prompt, and the ratio of their
@@ -46,6 +47,7 @@ class TurnProbe:
     """One turn as this client saw it."""
 
     status: str = "no_turn_end"
+    announced_delivery: str | None = None  # what turn_start said the connection gets
     audio_delivery: str | None = None  # "binary", "base64", or "text" (raw bytes in a text frame)
     first_audio_ms: float | None = None  # this client's clock, from sending the action
     reported: dict[str, Any] = field(default_factory=dict)  # the turn_end's timings
@@ -57,10 +59,12 @@ class TurnProbe:
 @dataclass
 class CheckReport:
     url: str
-    binary_audio: bool | None = None
+    default_delivery: str | None = None  # the API's, as its turn_start says
+    binary_audio: bool | None = None  # binary frames asked for arrived as binary frames
     base64_audio: bool | None = None
-    plain: TurnProbe | None = None  # the speak turn on a plain connection (binary delivery)
-    speak: TurnProbe | None = None  # the speak turn timed (the plain one, or over base64)
+    plain: TurnProbe | None = None  # the speak turn on a plain connection (the API's default)
+    binary: TurnProbe | None = None  # the speak turn on a connection asking for binary frames
+    speak: TurnProbe | None = None  # the speak turn timed (over a delivery that works)
     bidi: TurnProbe | None = None
     batch: TurnProbe | None = None
     problems: list[str] = field(default_factory=list)
@@ -98,6 +102,7 @@ async def probe_turn(url: str, message: dict[str, Any], limit_seconds: float = 6
                     if isinstance(frame, str) and (data := _json(frame)) is not None:
                         if data.get("type") == "turn_start":
                             current_turn = data.get("turn")
+                            probe.announced_delivery = (data.get("audio") or {}).get("delivery")
                         if data.get("type") == "error" and current_turn is None:
                             return probe  # refused before the turn started
     except InvalidStatus as error:
@@ -171,19 +176,35 @@ async def check(
     def ticketed(**query: str) -> str:
         return with_query(url, token=(mint() if mint is not None else None) or token, **query)
 
-    report.plain = report.speak = await probe_turn(
-        ticketed(), {"action": "speak", "text": SPEAK_TEXT}
+    speak = {"action": "speak", "text": SPEAK_TEXT}
+    report.plain = await probe_turn(ticketed(), speak)
+    # An API from before turn_start named its delivery sent binary frames by default.
+    report.default_delivery = report.plain.announced_delivery or (
+        "binary" if report.plain.audio_delivery in ("binary", "text") else None
     )
-    report.binary_audio = report.plain.audio_delivery == "binary"
+    report.binary = (
+        report.plain
+        if report.default_delivery == "binary"
+        else await probe_turn(ticketed(audio="binary"), speak)
+    )
+    report.binary_audio = report.binary.audio_delivery == "binary"
     delivery: dict[str, str] = {}
+    report.speak = report.binary
     if not report.binary_audio:
         delivery = {"audio": "base64"}
-        report.speak = await probe_turn(
-            ticketed(**delivery), {"action": "speak", "text": SPEAK_TEXT}
+        report.speak = (
+            report.plain
+            if report.plain.audio_delivery == "base64"
+            else await probe_turn(ticketed(**delivery), speak)
         )
         report.base64_audio = report.speak.audio_delivery == "base64"
         if not report.base64_audio:
-            report.problems.append("no audio arrived, with or without ?audio=base64")
+            report.problems.append("no audio arrived, neither as binary nor as base64 frames")
+        if report.default_delivery == "binary":
+            report.problems.append(
+                "this API sends binary audio by default, and it does not arrive as binary "
+                "frames: deploy it without --binary-audio (stack setting binary_audio=false)"
+            )
     if report.speak.status != "complete":
         report.problems.append(_turn_problem("speak", report.speak))
         return report
@@ -206,18 +227,24 @@ def _turn_problem(name: str, probe: TurnProbe) -> str:
 def render(report: CheckReport) -> str:
     lines = [f"voicewire deployment check: {report.url}", ""]
     speak = report.speak
+    default = report.default_delivery or "unknown"
     if report.binary_audio:
         lines.append("audio delivery   binary frames: PostToConnection's bytes arrive as binary")
+        if report.default_delivery != "binary":
+            lines += [
+                f"                 (this API's default is {default}: to send binary frames to",
+                "                 every client, agent-infra deploy --binary-audio)",
+            ]
     elif report.binary_audio is False:
         how = (
             "closed the connection (1007: a text frame that is not UTF-8)"
-            if report.plain and report.plain.close_code == INVALID_UTF8_CLOSE
+            if report.binary and report.binary.close_code == INVALID_UTF8_CLOSE
             else "arrived as text frames"
         )
         lines += [
             f"audio delivery   NOT binary: raw audio posted to @connections {how}.",
-            "                 Connect with ?audio=base64: audio then comes as JSON text frames",
-            "                 with base64 data, which every client accepts"
+            "                 Keep binary audio off (the default): audio then comes as JSON text",
+            "                 frames with base64 data, which every client accepts"
             + (" (checked: it works)." if report.base64_audio else "."),
         ]
     if speak and speak.first_audio_ms is not None:

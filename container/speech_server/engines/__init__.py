@@ -56,6 +56,25 @@ def load_engine(settings: EngineSettings) -> SpeechEngine:
     return KokoroTorchEngine.from_settings(settings)
 
 
+def check_device(settings: EngineSettings) -> str | None:
+    """Before the server listens: when the torch engine is asked for CUDA, a device that runs a
+    kernel (described, for the log), else ``GpuUnavailable`` saying what was found. Nothing to
+    check for the other engine or devices."""
+    if settings.engine != "torch" or not (settings.device or "").startswith("cuda"):
+        return None
+    from speech_server.gpu_check import require_cuda
+
+    try:
+        import torch
+    except ImportError:
+        from speech_server.gpu_check import GpuUnavailable
+
+        raise GpuUnavailable(
+            f"VOICEWIRE_DEVICE={settings.device} but torch is not installed (uv sync --extra torch)"
+        ) from None
+    return require_cuda(torch, settings.device).describe()  # type: ignore[arg-type]
+
+
 def choose_default_voice(voices: frozenset[str], requested: str | None) -> str:
     """The requested voice, else the most intelligible English voice this pack has."""
     if requested is not None:

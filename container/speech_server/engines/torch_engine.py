@@ -28,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speech_server.engines import choose_default_voice
+from speech_server.gpu_check import find, require_cuda
 from speech_server.model_assets import ModelAssetError
 from speech_server.settings import EngineSettings
 
@@ -43,6 +44,7 @@ class KokoroTorchEngine:
     pipelines: dict[str, Any]  # language letter -> kokoro.KPipeline; loose: imports without torch
     voice_packs: dict[str, Any]  # voice name -> its (510, 1, 256) torch.FloatTensor, on the CPU
     default_voice: str
+    device: str = "cpu"
     name: str = "torch"
     sample_rate: int = SAMPLE_RATE
 
@@ -66,7 +68,7 @@ class KokoroTorchEngine:
                 "the torch engine needs the optional dependencies: uv sync --extra torch"
             ) from None
         config, weights, voices = _model_files(model_dir)
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        device = _choose_device(torch, device)
         started = time.perf_counter()
         logger.info("loading %s on %s", weights, device)
         model = KModel(repo_id=_REPO_ID, config=str(config), model=str(weights)).to(device).eval()
@@ -83,12 +85,16 @@ class KokoroTorchEngine:
         packs = {name: pack for name, pack in packs.items() if name[0] in pipelines}
         if not packs:
             raise ModelAssetError(f"no voice in {model_dir} has a language this image speaks")
-        engine = cls(pipelines, packs, choose_default_voice(frozenset(packs), voice))
-        engine.synthesize("Ready.", engine.default_voice, 1.0)  # CUDA kernels load now
+        engine = cls(pipelines, packs, choose_default_voice(frozenset(packs), voice), device=device)
+        loaded = time.perf_counter()
+        # CUDA loads its kernels and cuDNN picks its algorithms on first use: a short synthesis
+        # now, so that the first person to ask does not pay for it.
+        engine.synthesize("Ready.", engine.default_voice, 1.0)
         logger.info(
-            "model ready in %.1f s on %s: %d voices, default %s",
+            "model ready in %.1f s on %s (warm-up synthesis %.0f ms): %d voices, default %s",
             time.perf_counter() - started,
             device,
+            (time.perf_counter() - loaded) * 1000,
             len(packs),
             engine.default_voice,
         )
@@ -114,6 +120,21 @@ class KokoroTorchEngine:
         if not parts:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(parts).astype(np.float32, copy=False)
+
+
+def _choose_device(torch: Any, requested: str | None) -> str:
+    """The device asked for, checked (``cuda`` must run a kernel: ``speech_server.gpu_check``),
+    or, when none was asked for, CUDA if torch sees it and the CPU otherwise, said in the log."""
+    if requested is not None and requested.startswith("cuda"):
+        findings = require_cuda(torch, requested)
+        logger.info("CUDA device: %s", findings.describe())
+        return requested
+    if requested is not None:
+        return requested
+    if torch.cuda.is_available():
+        return "cuda"
+    logger.warning("no CUDA device (%s): the torch engine runs on the CPU", find(torch).describe())
+    return "cpu"
 
 
 def _model_files(model_dir: Path) -> tuple[Path, Path, Path | dict[str, Path]]:

@@ -1,0 +1,142 @@
+"""Stand-ins for ``torch`` and hexgrad's ``kokoro`` with the interfaces the torch engine and its
+start-up check use (KModel, KPipeline's call and results, ``torch.from_numpy``, ``torch.cuda``),
+so CI runs that code without a GPU or torch. A test that starts the server as a process writes
+``torch_module_source()`` as ``torch.py`` into a folder on the process's ``PYTHONPATH``."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+class Tensor:
+    """What the engine calls on torch tensors."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array
+
+    def add_(self, value: float) -> Tensor:
+        self.array += value
+        return self
+
+    def float(self) -> Tensor:
+        return Tensor(self.array.astype(np.float32))
+
+    def detach(self) -> Tensor:
+        return self
+
+    def cpu(self) -> Tensor:
+        return self
+
+    def numpy(self) -> np.ndarray:
+        return self.array
+
+
+@dataclass
+class Result:
+    """KPipeline yields results whose ``audio`` is a tensor, or None for an empty segment."""
+
+    audio: Tensor | None
+
+
+@dataclass
+class Calls:
+    models: list[dict] = field(default_factory=list)
+    pipelines: list[str] = field(default_factory=list)
+    spoken: list[dict] = field(default_factory=list)
+
+
+NO_DRIVER = "Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU"
+
+
+@dataclass
+class Gpu:
+    """What the stand-in's CUDA does: a device (``name``) or none (``init_error``, what
+    ``torch.cuda.init()`` raises), and whether a kernel on it fails (``kernel_error``)."""
+
+    name: str | None = None
+    init_error: str = NO_DRIVER
+    kernel_error: str | None = None
+    kernels: list[str] = field(default_factory=list)  # the devices kernels ran on
+
+
+def fake_torch(gpu: Gpu) -> types.ModuleType:
+    """torch as the engine and its start-up check use it: PyPI's 2.10.0 CUDA 12.8 build."""
+    torch = types.ModuleType("torch")
+    torch.__version__ = "2.10.0+cu128"
+    torch.version = types.SimpleNamespace(cuda="12.8")
+
+    def init() -> None:
+        if gpu.name is None:
+            raise RuntimeError(gpu.init_error)
+
+    def ones(size: int, device: str) -> Tensor:
+        if gpu.kernel_error is not None:
+            raise RuntimeError(gpu.kernel_error)
+        gpu.kernels.append(device)
+        return Tensor(np.ones(size, dtype=np.float32))
+
+    torch.cuda = types.SimpleNamespace(
+        is_available=lambda: gpu.name is not None,
+        init=init,
+        get_device_name=lambda index: gpu.name,
+    )
+    torch.device = lambda spec: types.SimpleNamespace(index=None)
+    torch.ones = ones
+    torch.from_numpy = Tensor
+    torch.load = lambda path, weights_only: Tensor(np.load(path))
+    return torch
+
+
+def fake_modules(
+    calls: Calls, no_g2p: set[str], gpu: Gpu | None = None
+) -> tuple[types.ModuleType, types.ModuleType]:
+    torch = fake_torch(gpu or Gpu())
+
+    class KModel:
+        def __init__(self, repo_id: str, config: str, model: str) -> None:
+            calls.models.append({"repo_id": repo_id, "config": config, "model": model})
+
+        def to(self, device: str) -> KModel:
+            calls.models[-1]["device"] = device
+            return self
+
+        def eval(self) -> KModel:
+            return self
+
+    class KPipeline:
+        def __init__(self, lang_code: str, repo_id: str, model: KModel) -> None:
+            if lang_code in no_g2p:
+                raise ImportError(f"misaki[{lang_code}] is not installed")
+            self.lang_code = lang_code
+            calls.pipelines.append(lang_code)
+
+        def __call__(self, text: str, voice: Tensor, speed: float, split_pattern: object):
+            calls.spoken.append(
+                {"lang": self.lang_code, "text": text, "voice": voice, "speed": speed,
+                 "split_pattern": split_pattern}
+            )  # fmt: skip
+            # Two segments and an empty one, as KPipeline yields past 510 phonemes.
+            samples = int(0.05 * len(text) * 24000 / speed)
+            tone = np.sin(np.arange(samples) * 0.05).astype(np.float64) * 0.3
+            yield Result(Tensor(tone))
+            yield Result(None)
+            yield Result(Tensor(tone[: samples // 2]))
+
+    kokoro = types.ModuleType("kokoro")
+    kokoro.KModel, kokoro.KPipeline = KModel, KPipeline
+    return torch, kokoro
+
+
+def torch_module_source(gpu: Gpu) -> str:
+    """A ``torch.py`` for another process: this stand-in, with ``gpu``'s CUDA."""
+    return (
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from torch_standin import Gpu, fake_torch\n"
+        f"gpu = Gpu(name={gpu.name!r}, init_error={gpu.init_error!r})\n"
+        "sys.modules[__name__] = fake_torch(gpu)\n"
+    )
