@@ -10,7 +10,8 @@
                        endpoint, target-tracking autoscaling and alarms
 
 No CloudFormation property enables bidirectional streaming: the image's label
-``com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true`` declares it (AWS-FACTS.md).
+``com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true`` declares it
+(docs/aws-facts.md).
 The weights are uncompressed under ``models/<name>/`` in the bucket (``S3Prefix``, no tarball),
 mounted at ``/opt/ml/model``: the endpoint never reaches a model hub.
 """
@@ -45,6 +46,7 @@ from speech_server.gpu_pairing import (
 )
 from speech_server.load_metrics import ENGINE_BUSY, OPEN_SESSIONS
 from speech_server.load_metrics import NAMESPACE as LOAD_METRICS_NAMESPACE
+from stacks import scaling_targets as scaling
 from stacks.access_logs import access_log_bucket
 from stacks.endpoint_autoscaling import EndpointAutoscaling, TargetTracking
 from stacks.lambda_bundle import ROOT
@@ -190,21 +192,13 @@ class EndpointSettings:
     # GPU variants: the AMI whose NVIDIA driver runs the image's CUDA (gpu_pairing.py); without
     # one SageMaker gives an ml.g5 driver 470, which runs no CUDA 12.
     inference_ami: str | None = None
-    min_instances: int = 1
-    max_instances: int = 4
-    # Target tracking on what loads an instance, as the container reports it
-    # (speech_server/load_metrics.py); the figures and their reasons are in docs/capacity.md,
-    # from `voicewire bench capacity`:
-    # - the engine's busy share: an instance is sized for 60% (the cliff, where every listener's
-    #   audio queues, is at 100%);
-    # - open bidirectional sessions per instance: ~38 conversations keep an ml.g5.xlarge's
-    #   engine 60% busy. Sessions move first when conversations arrive; the engine's share is
-    #   the truth of it. Out when either is over its target, in only when both are under.
-    target_engine_busy_percent: float = 60.0
-    target_sessions_per_instance: float = 38.0
-    # Out quickly (a new instance takes minutes to serve), in slowly (cold starts hurt).
-    scale_out_cooldown_seconds: int = 120
-    scale_in_cooldown_seconds: int = 900
+    # Autoscaling (stacks/scaling_targets.py says why these).
+    min_instances: int = scaling.MIN_INSTANCES
+    max_instances: int = scaling.MAX_INSTANCES
+    target_engine_busy_percent: float = scaling.TARGET_ENGINE_BUSY_PERCENT
+    target_sessions_per_instance: float = scaling.TARGET_SESSIONS_PER_INSTANCE
+    scale_out_cooldown_seconds: int = scaling.SCALE_OUT_COOLDOWN_SECONDS
+    scale_in_cooldown_seconds: int = scaling.SCALE_IN_COOLDOWN_SECONDS
     # Loading the model on a fresh instance (image pull, weights, warm-up) takes minutes.
     startup_timeout_seconds: int = 900
     p90_latency_alarm_ms: int = 2000

@@ -56,6 +56,7 @@ from constructs import Construct
 from functions.adapters.session_table import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
 from functions.worker_policy import WorkerPolicy, worker_policy_for
+from stacks import scaling_targets as scaling
 from stacks.lambda_bundle import LAMBDA_PLATFORM, LAMBDA_PYTHON, ROOT, build_bundle
 from stacks.nag_findings import acknowledge_wildcard
 from stacks.pipeline_monitoring import PipelineMonitoring
@@ -73,7 +74,9 @@ class VoiceApiSettings:
     speech_engine: str = "torch"  # the endpoint's: the worker's time limits follow from it
     # Conversations the speech fleet holds at its largest (instances x sessions per instance,
     # stacks/speech.py, from docs/capacity.md): what the stage's shared throttle is sized for.
-    speech_capacity_sessions: int = 4 * 38
+    speech_capacity_sessions: int = int(
+        scaling.MAX_INSTANCES * scaling.TARGET_SESSIONS_PER_INSTANCE
+    )
     token_parameter_name: str = TOKEN_SECRET_PARAMETER
     stage_name: str = "prod"
     # Browser origins that may connect (empty: any); see functions/origins.py.

@@ -70,6 +70,29 @@ def quantized_graph() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
 
+def quantize(values: np.ndarray) -> tuple[np.ndarray, np.float32, np.int64]:
+    """ONNX's DynamicQuantizeLinear: uint8 over [min(0, x), max(0, x)], zero point rounded."""
+    low, high = min(0.0, float(values.min())), max(0.0, float(values.max()))
+    scale = np.float32((high - low) / 255)
+    zero = np.int64(np.clip(np.rint(-low / scale), 0, 255))
+    return np.clip(np.rint(values / scale) + zero, 0, 255).astype(np.int64), scale, zero
+
+
+def quantized_reference(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    """The quantized graph's arithmetic exactly (integer sums in int64): what its int8 nodes
+    mean, whatever a CPU's integer kernels do with them."""
+    inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    x_q, x_s, x_zp = quantize(x[0])
+    w = inits["w_q"].astype(np.int64) - int(inits["w_zp"])
+    padded = np.pad(x_q - x_zp, ((0, 0), (1, 1)))
+    conv = np.stack([[(w[o] * padded[:, t : t + 3]).sum() for t in range(16)] for o in range(6)])
+    b_scale = np.float32(x_s * inits["w_scale"])
+    conv = (conv + np.floor(inits["b"] / b_scale).astype(np.int64)[:, None]) * b_scale
+    t_q, t_s, t_zp = quantize(conv.T.astype(np.float32))
+    product = (t_q - t_zp) @ (inits["m_q"].astype(np.int64) - int(inits["m_zp"]))
+    return (product * (t_s * inits["m_scale"]))[None].astype(np.float32)
+
+
 def run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(["y"], {"x": x})[0]
@@ -88,10 +111,13 @@ def test_the_rewrite_is_the_same_computation_in_float():
     (conv,) = [node for node in rewritten.graph.node if node.op_type == "Conv"]
     kernel = next(i for i in rewritten.graph.initializer if i.name == conv.input[1])
     assert list(kernel.dims) == [6, 4, 1, 3]  # a 1x3 2-D convolution
-    before, after = run(original, x), run(rewritten, x)
+    before, after = quantized_reference(original, x), run(rewritten, x)
     # The int8 graph quantizes x on every call; the float one does not: they differ by that
-    # rounding, a few percent of the signal, not more.
-    assert before.shape == after.shape
+    # rounding, a few percent of the signal, not more. The int8 graph's result is its exact
+    # integer arithmetic, not onnxruntime's int8 kernels: on CPUs without VNNI (this project's
+    # AMD EPYC machines) they pair u8 x s8 products in saturating 16-bit sums, which put
+    # onnxruntime's own answer 7.6% from the exact arithmetic (0.9% separates that from float).
+    assert before.shape == after.shape == run(original, x).shape
     relative = np.linalg.norm(before - after) / np.linalg.norm(before)
     assert relative < 0.05, relative
     # And the float graph is exactly what float math gives.

@@ -21,7 +21,7 @@ from stacks.voice_api import bedrock_resources
 ROOT = Path(__file__).resolve().parent.parent
 # cfn-lint findings that are not defects: W3005, CDK's own DependsOn next to a GetAtt on the same
 # role; W3037, cfn-lint's action list lacks InvokeEndpointWithBidirectionalStream (granted with
-# InvokeEndpoint until a live account shows which one the stream checks, AWS-FACTS.md).
+# InvokeEndpoint until a live account shows which one the stream checks, docs/aws-facts.md).
 CFN_LINT_ACCEPTED = ("W3005", "W3037")
 
 

@@ -31,9 +31,10 @@ engine's busy share per instance, as the container publishes them: out after 2 m
 either target, in after 15 under both, a new instance serving after ``provision_s``) against
 the invocation count the stack used to track.
 
-**The targets it gives** (``stacks/speech.py`` takes them): the engine's busy share an instance
-is sized for (``Assumptions.utilization``, 60%: the cliff, where every listener's audio queues,
-is at 100%), and the open sessions that make that share on paper (``sessions_per_gpu_instance``).
+**The targets it gives** (``stacks/scaling_targets.py`` holds them): the engine's busy share an
+instance is sized for (``Assumptions.utilization``, 60%: the cliff, where every listener's audio
+queues, is at 100%), and the open sessions that make that share on paper
+(``sessions_per_gpu_instance``).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ class Assumptions:
     worker_memory_gb: float = 1.0  # the worker Lambda (stacks/voice_api.py)
 
 
-# Published quotas (AWS's quota pages; ../shared/AWS-FACTS.md where verified).
+# Published quotas (AWS's quota pages; docs/aws-facts.md where verified).
 LIMITS = {
     "apigw_new_connections_per_s": 500,  # per account per Region, adjustable
     "apigw_connection_hours": 2,
@@ -250,8 +251,8 @@ def paper_model(inputs: MeasuredInputs, assumptions: Assumptions) -> dict[str, A
     return {
         "audio_per_turn_s": audio_per_turn,
         "requests_per_session_minute": requests_per_session_minute,
-        # The targets stacks/speech.py tracks: the engine's busy share an instance is sized for,
-        # and the open sessions that make it.
+        # The targets of stacks/scaling_targets.py: the engine's busy share an instance is
+        # sized for, and the open sessions that make it.
         "target_engine_busy_percent": assumptions.utilization * 100,
         "target_sessions_per_instance": math.floor(sessions_per_instance),
         # What an invocation-count target would have to be for the same sessions, if SageMaker
@@ -535,21 +536,20 @@ def capacity_report(
     ramp_top = max(loads)
     ramp = [(0.0, ramp_top / 8), (1800.0, ramp_top / 2), (3600.0, ramp_top)]
     paper = paper_model(inputs, assumptions)
-    from stacks.speech import EndpointSettings
+    from stacks import scaling_targets as stack
 
-    stack = EndpointSettings()
     hours = args.ramp_hours
     policies = {
-        # What stacks/speech.py deploys: open sessions and the engine's busy share.
+        # What the stack deploys: open sessions and the engine's busy share.
         "sessions_and_busy": Scenario(
-            ramp, 1, hours, autoscale=True, target_sessions=stack.target_sessions_per_instance,
-            target_busy_percent=stack.target_engine_busy_percent,
+            ramp, 1, hours, autoscale=True, target_sessions=stack.TARGET_SESSIONS_PER_INSTANCE,
+            target_busy_percent=stack.TARGET_ENGINE_BUSY_PERCENT,
         ),
         # The engine's busy share alone: the truth of the load, but it moves only once the
         # sessions' audio is being made.
         "busy_only": Scenario(
             ramp, 1, hours, autoscale=True, target_sessions=None,
-            target_busy_percent=stack.target_engine_busy_percent,
+            target_busy_percent=stack.TARGET_ENGINE_BUSY_PERCENT,
         ),
         # What the stack tracked before: SageMaker's invocations, 60 per instance per minute,
         # were SageMaker to count each synthesis request (it counts a stream once).
@@ -591,8 +591,8 @@ def capacity_report(
         "prices": PRICES,
         "paper": paper,
         "stack_targets": {
-            "sessions_per_instance": stack.target_sessions_per_instance,
-            "engine_busy_percent": stack.target_engine_busy_percent,
+            "sessions_per_instance": stack.TARGET_SESSIONS_PER_INSTANCE,
+            "engine_busy_percent": stack.TARGET_ENGINE_BUSY_PERCENT,
         },
         "routing": args.routing,
         "sweep": sweep,
@@ -657,9 +657,9 @@ def print_report(report: dict[str, Any]) -> None:
     print(
         f"autoscaling targets: {paper['target_sessions_per_instance']} open sessions and "
         f"{paper['target_engine_busy_percent']:.0f}% engine busy per instance (the sizing above); "
-        f"stacks/speech.py tracks {stack['sessions_per_instance']:g} and "
+        f"stacks/scaling_targets.py has {stack['sessions_per_instance']:g} and "
         f"{stack['engine_busy_percent']:g}%"
-        + ("" if agrees else " -- UPDATE stacks/speech.py: it disagrees by more than 10%")
+        + ("" if agrees else " -- UPDATE stacks/scaling_targets.py: it disagrees by more than 10%")
     )
     for name, auto in report["autoscaled"].items():
         peak = max((n for _, n, _ in auto["timeline"]), default=0)
