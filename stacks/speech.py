@@ -257,27 +257,14 @@ class SpeechEndpoint(Stack):
         role = foundation.execution_role
         if settings.image_uri:
             image = settings.image_uri
-            # Pulling that image only (GetAuthorizationToken is in the foundation's policy). A
-            # repository of another account must also allow this role in its own policy.
+            # A repository of another account must also allow this role in its own policy.
             repository = ecr_image(image)
-            iam.Policy(
-                self,
-                "ImagePull",
-                roles=[role],
-                statements=[
-                    iam.PolicyStatement(
-                        actions=list(IMAGE_PULL_ACTIONS),
-                        resources=[
-                            self.format_arn(
-                                service="ecr",
-                                region=repository.region,
-                                account=repository.account,
-                                resource="repository",
-                                resource_name=repository.name,
-                            )
-                        ],
-                    )
-                ],
+            repository_arn = self.format_arn(
+                service="ecr",
+                region=repository.region,
+                account=repository.account,
+                resource="repository",
+                resource_name=repository.name,
             )
         else:
             asset = ecr_assets.DockerImageAsset(
@@ -287,19 +274,17 @@ class SpeechEndpoint(Stack):
                 file="container/Dockerfile",
                 platform=ecr_assets.Platform.LINUX_AMD64,  # the GPU instances are x86_64
             )
-            # Pulling this image only (GetAuthorizationToken is in the foundation's policy).
-            iam.Policy(
-                self,
-                "ImagePull",
-                roles=[role],
-                statements=[
-                    iam.PolicyStatement(
-                        actions=list(IMAGE_PULL_ACTIONS),
-                        resources=[asset.repository.repository_arn],
-                    )
-                ],
-            )
-            image = asset.image_uri
+            image, repository_arn = asset.image_uri, asset.repository.repository_arn
+        # Pulling this image's repository only (GetAuthorizationToken is in the foundation's
+        # policy): SageMaker pulls with the execution role.
+        iam.Policy(
+            self,
+            "ImagePull",
+            roles=[role],
+            statements=[
+                iam.PolicyStatement(actions=list(IMAGE_PULL_ACTIONS), resources=[repository_arn])
+            ],
+        )
         model = sagemaker.CfnModel(
             self,
             "Model",
