@@ -105,20 +105,15 @@ def speech_server(onnx_engine: KokoroOnnxEngine) -> Iterator[RunningServer]:
     running.stop()
 
 
-# The local runtime checks that requests are signed, not by whom: any credentials do.
-LOCAL_CREDENTIALS = {
-    "aws_access_key_id": "local",
-    "aws_secret_access_key": "local",
-    "region_name": "us-east-1",
-}
-
-
 @dataclass
 class LocalRuntime:
     """The local SageMaker runtime in front of a speech server, and how to reach it."""
 
     running: object  # voicewire_tools.local_stack.sagemaker_runtime.RunningRuntime
     tls: object  # LocalTls
+    # The access key the runtime issued (sigv4_verifier.AccessKey): it recomputes signatures,
+    # so only this key's do.
+    credentials: object
 
     @property
     def runtime(self):
@@ -130,10 +125,13 @@ class LocalRuntime:
 
         from voicewire.speech_link.sagemaker_transport import SageMakerTransport
 
-        options.setdefault("boto3_session", boto3.Session(**LOCAL_CREDENTIALS))
+        options.setdefault(
+            "boto3_session",
+            boto3.Session(region_name="us-east-1", **self.credentials.boto3_kwargs()),
+        )
+        options.setdefault("region", "us-east-1")
         return SageMakerTransport(
             endpoint_name,
-            region="us-east-1",
             endpoint_uri=self.running.endpoint_url,
             trusted_ca_file=self.tls.ca_file,
             **options,
@@ -149,12 +147,15 @@ def start_runtime_for(container_url: str, tmp_dir, **options) -> LocalRuntime:
     from speech_server.server import bind_socket
     from voicewire_tools.local_stack.local_tls import LocalTls
     from voicewire_tools.local_stack.sagemaker_runtime import start_runtime
+    from voicewire_tools.local_stack.sigv4_verifier import AccessKey, SigV4Verifier
 
     tls = LocalTls.create(tmp_dir)
+    key = AccessKey.issue()
+    options.setdefault("verifier", SigV4Verifier.accepting([key], "us-east-1"))
     running = start_runtime(
         {"kokoro-82m": container_url}, bind_socket("127.0.0.1", 0), tls, **options
     )
-    return LocalRuntime(running, tls)
+    return LocalRuntime(running, tls, key)
 
 
 @pytest.fixture(scope="session")
@@ -194,3 +195,11 @@ def server_factory() -> Iterator[Callable[..., RunningServer]]:
     yield factory
     for running in started:
         running.stop()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """The seed of the local SageMaker runtime's random PARTIAL cuts in this run
+    (``voicewire_tools.local_stack.partial_parts``): set it again to replay a failure."""
+    from voicewire_tools.local_stack.partial_parts import FRAGMENT_SEED_ENV, process_seed
+
+    return f"SageMaker PARTIAL parts cut at random: {FRAGMENT_SEED_ENV}={process_seed()}"

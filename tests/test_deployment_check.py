@@ -15,7 +15,7 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 
 from voicewire.client_protocol import encode_audio_frame
-from voicewire_tools.commands.deployment_check import CheckFailed, check, render
+from voicewire_tools.commands.deployment_check import TEXT_VERDICT, CheckFailed, check, render
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,8 +99,9 @@ async def test_a_deployed_api_sends_base64_and_binary_frames_that_arrive_as_text
     assert report.speak is report.plain and report.speak.audio_delivery == "base64"
     assert report.ok and report.batch_over_bidi == pytest.approx(3.0)
     assert gateway.connections[:2] == ["/prod?token=abc", "/prod?token=abc&audio=binary"]
+    assert report.binary_as_text is True
     text = render(report)
-    assert "NOT binary" in text and "Keep binary audio off" in text
+    assert f"audio delivery   {TEXT_VERDICT}." in text and "NOT binary" in text
     assert "(checked: it works)" in text and "closed the connection (1007" in text
 
 

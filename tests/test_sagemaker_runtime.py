@@ -1,25 +1,23 @@
 """The local SageMaker runtime, spoken to by a client that is not the SDK (httpx over HTTP/2,
-botocore's event-stream decoder): what it accepts and refuses does not depend on the SDK agreeing
-with itself."""
+botocore's event-stream decoder; requests and events signed by ``aws_sdk_signers``, see
+``sigv4_signing``): what it accepts and refuses does not depend on the SDK agreeing with itself.
+Signatures themselves: ``test_sagemaker_signatures``."""
 
 from __future__ import annotations
 
 import json
 import ssl
-from datetime import UTC, datetime
 
 import httpx
 import pytest
 from botocore.eventstream import EventStreamBuffer
+from sigv4_signing import PATH, SignedRequest
 from smithy_aws_event_stream.events import EventMessage
 
-PATH = "/endpoints/kokoro-82m/invocations-bidirectional-stream"
-SIGNED = {
-    "authorization": "AWS4-HMAC-SHA256 Credential=local/20261130/us-east-1/sagemaker/"
-    "aws4_request, SignedHeaders=host;x-amz-date, Signature=" + "0" * 64,
-    "x-amz-content-sha256": "STREAMING-AWS4-HMAC-SHA256-EVENTS",
-    "content-type": "application/vnd.amazon.eventstream",
-}
+
+async def signed_request(runtime, **options) -> SignedRequest:
+    """A request signed with the key the runtime issued; ``options`` as ``SignedRequest.sign``."""
+    return await SignedRequest.sign(runtime.running.endpoint_url, runtime.credentials, **options)
 
 
 def client_for(runtime, http2: bool = True) -> httpx.AsyncClient:
@@ -36,13 +34,6 @@ def payload_part(data: bytes, data_type: str = "UTF8") -> bytes:
     ).encode()
 
 
-def signed(event: bytes) -> bytes:
-    """The envelope the SDK's event signer puts around each event (signature not checked)."""
-    return EventMessage(
-        headers={":date": datetime.now(UTC), ":chunk-signature": b"\x00" * 32}, payload=event
-    ).encode()
-
-
 def decode(body: bytes) -> list:
     buffer = EventStreamBuffer()
     buffer.add_data(body)
@@ -50,24 +41,27 @@ def decode(body: bytes) -> list:
 
 
 @pytest.mark.parametrize(
-    ("headers", "status", "error_type"),
+    ("signed", "after", "status", "error_type"),
     [
-        ({"authorization": None}, 403, "MissingAuthenticationTokenException"),
-        ({"authorization": "Bearer abc"}, 403, "IncompleteSignatureException"),
+        ({}, {"authorization": None}, 403, "MissingAuthenticationTokenException"),
+        ({}, {"authorization": "Bearer abc"}, 403, "IncompleteSignatureException"),
+        ({"service": "s3"}, {}, 403, "InvalidSignatureException"),
+        ({}, {"content-type": "application/json"}, 403, "InvalidSignatureException"),
         (
-            {"authorization": SIGNED["authorization"].replace("/sagemaker/", "/s3/")},
-            403,
-            "InvalidSignatureException",
+            {"headers": {"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}},
+            {},
+            400,
+            "InputValidationError",
         ),
-        ({"x-amz-content-sha256": "UNSIGNED-PAYLOAD"}, 400, "InputValidationError"),
-        ({"content-type": "application/json"}, 400, "InputValidationError"),
+        ({"headers": {"content-type": "application/json"}}, {}, 400, "InputValidationError"),
     ],
 )
 async def test_requests_without_a_proper_signature_are_refused(
-    sagemaker_runtime, headers, status, error_type
+    sagemaker_runtime, signed, after, status, error_type
 ):
-    """``headers`` change the signed request's headers (None: left out)."""
-    changed = {**SIGNED, **headers}
+    """``signed``: how the request is signed (``SignedRequest``'s options); ``after``: header
+    changes after signing (None: left out). Authentication comes before validation."""
+    changed = {**(await signed_request(sagemaker_runtime, **signed)).headers, **after}
     request_headers = {name: value for name, value in changed.items() if value is not None}
     async with client_for(sagemaker_runtime) as client:
         response = await client.post(PATH, headers=request_headers, content=b"")
@@ -77,9 +71,9 @@ async def test_requests_without_a_proper_signature_are_refused(
 
 async def test_an_unknown_endpoint_is_a_validation_error(sagemaker_runtime):
     async with client_for(sagemaker_runtime) as client:
-        response = await client.post(
-            "/endpoints/nope/invocations-bidirectional-stream", headers=SIGNED, content=b""
-        )
+        path = "/endpoints/nope/invocations-bidirectional-stream"
+        headers = (await signed_request(sagemaker_runtime, path=path)).headers
+        response = await client.post(path, headers=headers, content=b"")
     assert response.status_code == 400
     assert response.headers["x-amzn-errortype"] == "InputValidationError"
     assert "Endpoint nope of account" in response.json()["Message"]
@@ -87,16 +81,18 @@ async def test_an_unknown_endpoint_is_a_validation_error(sagemaker_runtime):
 
 async def test_http_1_1_is_refused(sagemaker_runtime):
     async with client_for(sagemaker_runtime, http2=False) as client:
-        response = await client.post(PATH, headers=SIGNED, content=b"")
+        headers = (await signed_request(sagemaker_runtime)).headers
+        response = await client.post(PATH, headers=headers, content=b"")
     assert response.status_code == 400 and "HTTP/2" in response.json()["Message"]
 
 
 async def test_signed_payload_parts_reach_the_container_and_come_back(sagemaker_runtime):
     """A ping through the whole path: signed event up, the container's pong down as a UTF8
     ResponsePayloadPart; the signed empty event ends the session."""
-    body = signed(payload_part(b'{"type": "ping", "request_id": "p1"}')) + signed(b"")
+    request = await signed_request(sagemaker_runtime)
+    body = await request.events(payload_part(b'{"type": "ping", "request_id": "p1"}'))
     async with client_for(sagemaker_runtime) as client:
-        response = await client.post(PATH, headers=SIGNED, content=body)
+        response = await client.post(PATH, headers=request.headers, content=body)
     assert response.status_code == 200
     assert response.headers["x-amzn-invoked-production-variant"] == "AllTraffic"
     events = decode(response.content)
@@ -112,17 +108,19 @@ async def test_signed_payload_parts_reach_the_container_and_come_back(sagemaker_
 async def test_an_unsigned_event_is_an_internal_stream_failure(sagemaker_runtime):
     body = payload_part(b'{"type": "ping"}')  # no signature envelope
     async with client_for(sagemaker_runtime) as client:
-        response = await client.post(PATH, headers=SIGNED, content=body)
+        headers = (await signed_request(sagemaker_runtime)).headers
+        response = await client.post(PATH, headers=headers, content=body)
     (failure,) = [e for e in decode(response.content) if e.headers[":message-type"] == "exception"]
     assert failure.headers[":exception-type"] == "InternalStreamFailure"
     assert "not signed" in json.loads(failure.payload)["Message"]
 
 
 async def test_a_corrupt_event_is_an_internal_stream_failure(sagemaker_runtime):
-    event = bytearray(signed(payload_part(b'{"type": "ping"}')))
+    request = await signed_request(sagemaker_runtime)
+    event = bytearray(await request.event(payload_part(b'{"type": "ping"}')))
     event[-1] ^= 0xFF  # the message CRC no longer matches
     async with client_for(sagemaker_runtime) as client:
-        response = await client.post(PATH, headers=SIGNED, content=bytes(event))
+        response = await client.post(PATH, headers=request.headers, content=bytes(event))
     (failure,) = [e for e in decode(response.content) if e.headers[":message-type"] == "exception"]
     assert failure.headers[":exception-type"] == "InternalStreamFailure"
     assert "unreadable request event" in json.loads(failure.payload)["Message"]

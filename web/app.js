@@ -9,6 +9,9 @@ import { drawTimeline } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
 const STORAGE_KEY = "voicewire.url";
+// The API (URL without its ticket) whose binary audio frames arrived here as text frames: the
+// next Connect to it asks for base64 at once.
+const TEXT_FRAMES_KEY = "voicewire.textFrames";
 const DEFAULT_RATE = 0.06; // seconds of speech per character at speed 1, until measured
 const TIMELINE_EVERY_MS = 100; // redraw the chart at most this often while a turn streams
 
@@ -83,6 +86,27 @@ function saveSettings() {
   }
 }
 
+/** The API a URL names, for remembering what it does: without its ticket or audio choice. */
+function apiOf(url) {
+  try {
+    const parsed = new URL(url);
+    parsed.searchParams.delete("token");
+    parsed.searchParams.delete("audio");
+    return parsed.href;
+  } catch {
+    return url;
+  }
+}
+
+/** This browser found this API to deliver binary audio frames as text frames. */
+function deliversText(url) {
+  try {
+    return localStorage.getItem(TEXT_FRAMES_KEY) === apiOf(url);
+  } catch {
+    return false;
+  }
+}
+
 function settings() {
   return {
     url: $("url").value.trim(),
@@ -106,12 +130,17 @@ let dirty = false; // the figures, text or history changed
 let chartDirty = false; // the chart too (redrawn at most every TIMELINE_EVERY_MS)
 let drawnAt = 0;
 let wasPlaying = false;
+let resend = null; // a turn cut by a fallback to base64: asked again once the link reopens
 
 const link = new Link({
   settings,
   onState: showState,
   onFrame: handleFrame,
-  onOpen: () => link.send({ action: "voices" }),
+  onOpen: () => {
+    link.send({ action: "voices" });
+    if (resend) askAgain();
+  },
+  onTextFrames: fallBackToBase64,
 });
 
 // For tests and the curious: what the player did, read-only.
@@ -200,6 +229,7 @@ function start(kind) {
   if (turn.voice) message.voice = turn.voice;
   if (turn.speed !== 1) message.speed = turn.speed;
   message.turn_id = turn.id;
+  turn.message = message; // kept: a fallback to base64 asks it again
   link.send(message);
   showError("");
   changed();
@@ -217,6 +247,69 @@ function stop() {
   }
   current = null;
   awaiting = null;
+  changed();
+}
+
+// --- binary audio delivered as text frames -------------------------------------------------
+//
+// A gateway that posts raw bytes as text frames turns the first binary audio frame of a turn into
+// a text frame that is not UTF-8, and the browser fails the connection (connection.js,
+// binaryArrivedAsText). The page then switches to base64 audio, reconnects at once and asks the
+// cut turn again, with the same turn_id. Why after the fact and not a probe before the first
+// turn: where binary frames work (the local stack, a deployment agent-infra check proved) that
+// costs nothing, and a deployed API sends base64 by default anyway; a probe would cost a whole
+// turn's first audio on every connection. Where they do not, the cut turn had its first text
+// and no audio, so nothing heard is lost, and the detour (its first audio, a reconnect) is paid
+// once: the page keeps base64 ticked, in its address and, for this API, in local storage.
+
+function fallBackToBase64() {
+  const turn = [awaiting, current].find((t) => t && !t.ended && !t.stopped) || null;
+  awaiting = null;
+  current = null;
+  $("base64").checked = true; // what the link reconnects with, from now on
+  saveSettings();
+  try {
+    localStorage.setItem(TEXT_FRAMES_KEY, apiOf(settings().url));
+  } catch {
+    // storage may be off: the page's address still says base64
+  }
+  $("notice").textContent =
+    "Binary audio frames arrive from this API as text frames, which the browser refuses: " +
+    "switched to base64 audio" +
+    (turn ? ", and the question is asked again." : ".");
+  if (turn) {
+    restart(turn);
+    resend = turn;
+  }
+  changed();
+}
+
+/** Forget what the cut attempt of a turn received; its click time stays, so the figures from
+ * the click (first audio heard) include what the detour cost. */
+function restart(turn) {
+  Object.assign(turn, {
+    number: null,
+    status: "asking again",
+    delivery: undefined,
+    text: new TurnText(turn.speed),
+    deltas: [],
+    sentences: [],
+    frames: [],
+    playback: [],
+    marks: {},
+    server: {},
+    audioSeconds: 0,
+    stalls: 0,
+  });
+}
+
+function askAgain() {
+  const turn = resend;
+  resend = null;
+  if (turn.stopped || awaiting || current) return;
+  awaiting = turn;
+  turn.status = "sent";
+  link.send(turn.message);
   changed();
 }
 
@@ -538,6 +631,7 @@ function tick(now) {
 loadSettings();
 $("connection-form").addEventListener("submit", (event) => {
   event.preventDefault();
+  if (deliversText(settings().url)) $("base64").checked = true; // learned here before
   saveSettings();
   link.connect();
 });

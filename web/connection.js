@@ -25,6 +25,11 @@ const CLOSE_MEANING = {
   1013: "the server is busy; try again later",
 };
 
+// Said once when binary audio frames turn out to arrive as text frames (see binaryArrivedAsText).
+export const TEXT_FRAMES_LINE =
+  "This API delivers binary audio frames as text frames, which the browser refuses (it " +
+  "failed the connection): switched to base64 audio, reconnected and asked again.";
+
 const TICKET_HELP =
   "Each connect ticket opens one connection and expires after 2 minutes: get a new one " +
   "(POST /tickets, or agent-infra token), paste it in Ticket and press Connect.";
@@ -89,6 +94,20 @@ export function explainClose(code, reason, { opened, ticket }) {
   return `closed (${code}${said}): ${meaning}`;
 }
 
+/** Did this close come from binary audio delivered as a *text* frame? A gateway that posts raw
+ * bytes as text (whether API Gateway does is undocumented: docs/protocol.md) turns the 0xA1 of
+ * an audio frame into a text frame that is not UTF-8, and the browser fails the connection.
+ * The spec's code is 1007; Chromium (checked with 156) fires an error event and then closes
+ * with 1006, wasClean false ("Could not decode a text frame as UTF-8" in the console only),
+ * while a plain drop closes with 1006 and no error event. So: the connection had opened, a
+ * turn_start announced binary audio (or named no delivery, as APIs before it did), no binary
+ * audio frame has arrived on this connection (once one has, the API delivers binary), and it
+ * closed with 1007, or with 1006 after an error event. */
+export function binaryArrivedAsText(code, { opened, failed, awaitingBinary, binarySeen }) {
+  if (!opened || !awaitingBinary || binarySeen) return false;
+  return code === 1007 || (code === 1006 && failed);
+}
+
 /** Decode one WebSocket message: a binary audio frame, a base64 audio text frame
  * (?audio=base64) or a JSON control frame. Audio comes back as
  * {type: "audio", turn, seq, pcm: DataView of s16le samples}. */
@@ -125,13 +144,16 @@ export function decodeFrame(data) {
  * settings(): {url, token, base64}, read from the page at each attempt, so a ticket pasted
  *   after a drop is the one the next attempt uses.
  * onState({state, text}): state is "connecting", "open", "reconnecting", "closed" or "error".
- * onFrame(frame): every decoded frame.  onOpen(): each time a connection opens. */
+ * onFrame(frame): every decoded frame.  onOpen(): each time a connection opens.
+ * onTextFrames(): binary audio arrived as text frames (binaryArrivedAsText); called before the
+ *   link reconnects at once, so that settings() asks for base64 from then on. */
 export class Link {
-  constructor({ settings, onState, onFrame, onOpen }) {
+  constructor({ settings, onState, onFrame, onOpen, onTextFrames }) {
     this.settings = settings;
     this.onState = onState;
     this.onFrame = onFrame;
     this.onOpen = onOpen;
+    this.onTextFrames = onTextFrames;
     this.socket = null;
     this.tries = 0;
     this.timer = null;
@@ -181,6 +203,8 @@ export class Link {
     socket.binaryType = "arraybuffer";
     this.socket = socket;
     let opened = false;
+    // What tells binary frames delivered as text from a plain drop (binaryArrivedAsText).
+    const delivery = { failed: false, awaitingBinary: false, binarySeen: false };
     this.say(
       this.tries ? "reconnecting" : "connecting",
       this.tries
@@ -197,16 +221,31 @@ export class Link {
       this.onOpen();
     };
     socket.onmessage = (event) => {
-      if (socket === this.socket) this.onFrame(decodeFrame(event.data));
+      if (socket !== this.socket) return;
+      const frame = decodeFrame(event.data);
+      if (frame.type === "audio" && event.data instanceof ArrayBuffer) delivery.binarySeen = true;
+      if (frame.type === "turn_start") {
+        delivery.awaitingBinary = (frame.audio?.delivery ?? "binary") === "binary";
+      }
+      if (frame.type === "turn_end") delivery.awaitingBinary = false;
+      this.onFrame(frame);
+    };
+    socket.onerror = () => {
+      if (opened) delivery.failed = true; // the browser failed an open connection
     };
     socket.onclose = (event) => {
       if (socket !== this.socket) return; // one we closed ourselves, or replaced
       this.socket = null;
-      this.closed(event.code, event.reason, opened, ticket);
+      const asText = binaryArrivedAsText(event.code, { opened, ...delivery });
+      this.closed(event.code, event.reason, opened, ticket, asText);
     };
   }
 
-  closed(code, reason, opened, ticket) {
+  closed(code, reason, opened, ticket, asText = false) {
+    if (asText) {
+      this.textFramesClosed(code, ticket);
+      return;
+    }
     const why = explainClose(code, reason, { opened, ticket: Boolean(ticket) });
     if (!opened && this.tries === 0) {
       // The first attempt failed: a wrong URL or a refused ticket; retrying would not help.
@@ -240,6 +279,21 @@ export class Link {
       `${why}; reconnecting in ${(delay / 1000).toFixed(1)} s (try ${this.tries} of ${MAX_TRIES})`,
     );
     this.timer = setTimeout(() => this.open(), delay);
+  }
+
+  /** Binary audio arrived as text frames: the app switches to base64, and the link reconnects
+   * at once (nothing to wait out: the API is fine, only the frame type was wrong). */
+  textFramesClosed(code, ticket) {
+    this.onTextFrames();
+    const why = `binary audio arrived as text frames (${code})`;
+    const nextTicket = ticketOf(connectUrlOrEmpty(this.settings()));
+    if (ticket && (!nextTicket || this.usedTickets.has(nextTicket))) {
+      this.say("closed", `${why}. To reconnect, this API needs a fresh ticket. ${TICKET_HELP}`);
+      return;
+    }
+    this.tries = 0;
+    this.lastClose = why;
+    this.open();
   }
 
   say(state, text) {

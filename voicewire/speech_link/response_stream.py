@@ -44,15 +44,20 @@ def audio_from_parts(parts: Iterable[bytes], sse: bool) -> Iterator[bytes]:
         yield from (part for part in parts if part)
         return
     decoder = SseDecoder()
-    for part in parts:
-        for event in decoder.feed(part):
-            match event.get("type"):
-                case "audio":
-                    yield base64.b64decode(event["data"])
-                case "error":
-                    raise SpeechServerError(str(event.get("code")), str(event.get("message")))
+    for event in _sse_events(decoder, parts):
+        match event.get("type"):
+            case "audio":
+                yield base64.b64decode(event["data"])
+            case "error":
+                raise SpeechServerError(str(event.get("code")), str(event.get("message")))
     if decoder.pending_bytes:
         raise SpeechStreamError("truncated", "the SSE stream ended in the middle of an event")
+
+
+def _sse_events(decoder: SseDecoder, parts: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    for part in parts:
+        yield from decoder.feed(part)
+    yield from decoder.end()
 
 
 class HttpResponseStream:

@@ -12,6 +12,15 @@ deployed turn if left at the SDK's default:
 - **the endpoint**: ``https://runtime.sagemaker.{region}.amazonaws.com:8443``, not the
   HTTPS port the rest of SageMaker uses.
 
+Two more things are fixed here because they cost a person a diagnosis. An error answer that the
+service's model does not list (AWS's common errors: ``InvalidSignatureException``,
+``UnrecognizedClientException``, throttling) reaches the caller as a bare ``CallError`` that
+names the type but drops AWS's message ("Signature expired: ..."); ``UnmodeledServiceError``
+keeps the status, type and message. And a stream's events are signed with the one identity that
+signed its request (``PinnedCredentials``): the request's signature seeds the event signature
+chain, which AWS checks with the request's key, while the SDK asks its resolver again for every
+event, so credentials refreshed mid-stream (a role's, every hour) would break the chain.
+
 Each session gets its own client (its own HTTP/2 connection: streams of several sessions
 multiplexed on one CRT connection stall each other's small writes, and one stream's end can take
 the others down). What is costly and safe to share is shared per process: boto3's session (its
@@ -27,8 +36,10 @@ context. Production code never passes it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from copy import deepcopy
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, Self
@@ -37,8 +48,10 @@ import boto3
 from aws_sdk_sagemaker_runtime_http2.client import AsyncSageMakerRuntimeHTTP2Client
 from aws_sdk_sagemaker_runtime_http2.config import AsyncSageMakerRuntimeHTTP2Config
 from awscrt import io as crt_io
+from smithy_aws_core.aio.protocols import RestJsonClientProtocol
 from smithy_aws_core.identity import AWSCredentialsIdentity, AWSIdentityProperties
 from smithy_core.aio.interfaces.identity import IdentityResolver
+from smithy_core.exceptions import CallError
 from smithy_http.aio.crt import (
     AWSCRTHTTPClient,
     AWSCRTHTTPClientConfig,
@@ -91,6 +104,80 @@ class Boto3CredentialsResolver(IdentityResolver[AWSCredentialsIdentity, AWSIdent
             secret_access_key=frozen.secret_key,
             session_token=frozen.token,
         )
+
+
+class PinnedCredentials(IdentityResolver[AWSCredentialsIdentity, AWSIdentityProperties]):
+    """One identity for everything a client signs: a stream's request and each of its events."""
+
+    def __init__(self, identity: AWSCredentialsIdentity) -> None:
+        self._identity = identity
+
+    async def get_identity(self, *, properties: AWSIdentityProperties) -> AWSCredentialsIdentity:
+        return self._identity
+
+
+@dataclass(kw_only=True)
+class UnmodeledServiceError(CallError):
+    """An error answer the service's model does not list, with what AWS said: ``message`` is
+    "403 InvalidSignatureException: Signature expired: ...". The SDK's own ``CallError`` for
+    these keeps neither the message nor a field for the type."""
+
+    status: int = 0
+    error_type: str | None = None
+
+
+class RestJsonKeepingErrorMessages(RestJsonClientProtocol):
+    """The service's protocol (restJson1), with unmodelled errors as ``UnmodeledServiceError``;
+    modelled ones (``InputValidationError``, ``ModelError``...) are the SDK's classes as ever."""
+
+    async def _create_error(
+        self,
+        operation: Any,
+        request: Any,
+        response: Any,
+        response_body: Any,
+        error_registry: Any,
+        context: Any,
+    ) -> CallError:
+        error = await super()._create_error(
+            operation=operation,
+            request=request,
+            response=response,
+            response_body=response_body,
+            error_registry=error_registry,
+            context=context,
+        )
+        if type(error) is not CallError:
+            return error
+        error_type = None
+        if "x-amzn-errortype" in response.fields:
+            # "InvalidSignatureException" or "InvalidSignatureException:http://internal..."
+            error_type = response.fields["x-amzn-errortype"].values[0].split(":")[0]
+        message = _json_message(response_body) or error.message
+        return UnmodeledServiceError(
+            message=f"{response.status} {error_type or 'error'}: {message}",
+            fault=error.fault,
+            is_retry_safe=error.is_retry_safe,
+            retry_after=error.retry_after,
+            is_throttling_error=error.is_throttling_error,
+            is_timeout_error=error.is_timeout_error,
+            status=response.status,
+            error_type=error_type,
+        )
+
+
+def _json_message(body: object) -> str | None:
+    """``message`` (AWS's common errors) or ``Message`` of a JSON error body, if it has one."""
+    if not isinstance(body, bytes | bytearray):
+        return None
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    message = document.get("message", document.get("Message"))
+    return message if isinstance(message, str) else None
 
 
 class DuplexCRTClient(AWSCRTHTTPClient):
@@ -186,5 +273,6 @@ async def build_client(
         region=region,
         aws_credentials_identity_resolver=credentials or Boto3CredentialsResolver(),
         transport=duplex_transport(trusted_ca_file),
+        protocol=RestJsonKeepingErrorMessages,  # the SDK builds it with the service's settings
     )
     return AsyncSageMakerRuntimeHTTP2Client(config=config)

@@ -43,6 +43,8 @@ from aws_sdk_sagemaker_runtime_http2.models import (
 from voicewire.speech_link.errors import SpeechStreamError
 from voicewire.speech_link.sagemaker_client import (
     Boto3CredentialsResolver,
+    PinnedCredentials,
+    UnmodeledServiceError,
     build_client,
     default_region,
 )
@@ -87,11 +89,13 @@ class SageMakerTransport:
         """Open the stream and wait for SageMaker's answer (the container has accepted it)."""
         try:
             async with asyncio.timeout(self.open_timeout):
+                # The identity that signs the request signs every event of its stream too.
+                identity = await self.credentials.get_identity(properties={})
                 self._client = await build_client(
                     self.region,
                     endpoint_uri=self.endpoint_uri,
                     trusted_ca_file=self.trusted_ca_file,
-                    credentials=self.credentials,
+                    credentials=PinnedCredentials(identity),
                 )
                 self._stream = await self._client.invoke_endpoint_with_bidirectional_stream(
                     InvokeEndpointWithBidirectionalStreamInput(endpoint_name=self.endpoint_name)
@@ -200,4 +204,6 @@ def _internal_stream_failure(error: InternalStreamFailure) -> SpeechStreamError:
 
 def _describe(error: BaseException) -> str:
     text = str(error) or repr(error)
+    if isinstance(error, UnmodeledServiceError):
+        return text  # "403 InvalidSignatureException: Signature expired: ..."
     return f"{type(error).__name__}: {text}"

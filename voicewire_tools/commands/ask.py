@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from websockets.exceptions import InvalidStatus
+
 from voicewire.turn_client import TimedEvent, list_voices, run_turn
 
 
@@ -76,13 +78,31 @@ def run(args: argparse.Namespace) -> None:
         return
     if args.prompt is None and args.speak is None:
         sys.exit("voicewire ask: give a PROMPT, --speak TEXT or --voices")
+    notices: list[str] = []
+
+    def notice(line: str) -> None:  # the fallback to base64 (run_turn says why), once
+        notices.append(line)
+        print(f"note: {line}", flush=True)
+
     try:
         result = asyncio.run(
-            run_turn(url, message_for(args), lambda event: print(timeline_line(event), flush=True))
+            run_turn(
+                url,
+                message_for(args),
+                lambda event: print(timeline_line(event), flush=True),
+                on_notice=notice,
+            )
         )
     except (OSError, TimeoutError) as error:
         sys.exit(f"voicewire ask: cannot reach {args.url}: {error}")
     except Exception as error:  # e.g. a refused handshake (bad token): one line, not a traceback
+        if notices and isinstance(error, InvalidStatus):
+            # The second connection of a ticketed API: its ticket opened the first one.
+            sys.exit(
+                f"voicewire ask: asking again with ?audio=base64 was refused ({error}); a "
+                "connect ticket opens one connection: run again with a fresh --token and "
+                "--url ending in ?audio=base64"
+            )
         sys.exit(f"voicewire ask: {type(error).__name__}: {error}")
     if result.audio:
         out = Path(args.out)

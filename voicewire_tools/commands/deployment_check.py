@@ -26,16 +26,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from voicewire.client_protocol import AUDIO_FRAME_MARKER, decode_audio_frame
+from voicewire.turn_client import INVALID_UTF8_CLOSE, binary_arrived_as_text, with_query
 
 SPEAK_TEXT = "Hello, this is voicewire checking your deployment."
 ASK_PROMPT = "Why does streaming make voice agents feel faster?"
-INVALID_UTF8_CLOSE = 1007
+TEXT_VERDICT = (
+    "binary posts arrive as text frames: keep base64 (the default); "
+    "do not deploy with --binary-audio"
+)
 
 
 class CheckFailed(Exception):
@@ -61,6 +64,7 @@ class CheckReport:
     url: str
     default_delivery: str | None = None  # the API's, as its turn_start says
     binary_audio: bool | None = None  # binary frames asked for arrived as binary frames
+    binary_as_text: bool | None = None  # ... or as text frames (a 1007 close, or not JSON)
     base64_audio: bool | None = None
     plain: TurnProbe | None = None  # the speak turn on a plain connection (the API's default)
     binary: TurnProbe | None = None  # the speak turn on a connection asking for binary frames
@@ -78,13 +82,6 @@ class CheckReport:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-
-def with_query(url: str, **params: str | None) -> str:
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    query.update({name: value for name, value in params.items() if value is not None})
-    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 async def probe_turn(url: str, message: dict[str, Any], limit_seconds: float = 60) -> TurnProbe:
@@ -112,11 +109,13 @@ async def probe_turn(url: str, message: dict[str, Any], limit_seconds: float = 6
     except (OSError, TimeoutError, InvalidHandshake) as error:
         raise CheckFailed(f"cannot reach {url}: {error}") from None
     except ConnectionClosed as closed:
-        probe.close_code = closed.sent.code if closed.sent else None
-        if closed.rcvd is not None:
-            probe.close_code = closed.rcvd.code
-        if probe.close_code == INVALID_UTF8_CLOSE and probe.audio_delivery is None:
-            probe.audio_delivery = "text"  # raw audio bytes in a text frame: not UTF-8
+        if binary_arrived_as_text(closed):
+            probe.close_code = INVALID_UTF8_CLOSE
+            if probe.audio_delivery is None:
+                probe.audio_delivery = "text"  # raw audio bytes in a text frame: not UTF-8
+        else:
+            frame = closed.rcvd or closed.sent
+            probe.close_code = frame.code if frame is not None else None
     return probe
 
 
@@ -188,6 +187,7 @@ async def check(
         else await probe_turn(ticketed(audio="binary"), speak)
     )
     report.binary_audio = report.binary.audio_delivery == "binary"
+    report.binary_as_text = report.binary.audio_delivery == "text"
     delivery: dict[str, str] = {}
     report.speak = report.binary
     if not report.binary_audio:
@@ -235,17 +235,23 @@ def render(report: CheckReport) -> str:
                 f"                 (this API's default is {default}: to send binary frames to",
                 "                 every client, agent-infra deploy --binary-audio)",
             ]
-    elif report.binary_audio is False:
+    elif report.binary_as_text:
         how = (
             "closed the connection (1007: a text frame that is not UTF-8)"
             if report.binary and report.binary.close_code == INVALID_UTF8_CLOSE
             else "arrived as text frames"
         )
         lines += [
-            f"audio delivery   NOT binary: raw audio posted to @connections {how}.",
-            "                 Keep binary audio off (the default): audio then comes as JSON text",
-            "                 frames with base64 data, which every client accepts"
+            f"audio delivery   {TEXT_VERDICT}.",
+            f"                 NOT binary: raw audio posted to @connections {how};",
+            "                 base64 JSON text frames, which every client accepts, carry it"
             + (" (checked: it works)." if report.base64_audio else "."),
+        ]
+    elif report.binary_audio is False:
+        status = report.binary.status if report.binary else "unknown"
+        lines += [
+            "audio delivery   unknown: no audio arrived on the connection asking for binary",
+            f"                 frames (its turn ended {status}); keep base64 (the default).",
         ]
     if speak and speak.first_audio_ms is not None:
         reported = speak.reported.get("first_audio_ms")

@@ -40,6 +40,20 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         help="handle a connection's messages one at a time (API Gateway does not)",
     )
     parser.add_argument(
+        "--fragment-seed",
+        type=int,
+        default=None,
+        help="replay the SageMaker runtime's random PARTIAL cuts of an earlier run (its seed is "
+        "printed at start)",
+    )
+    parser.add_argument(
+        "--no-partial-parts",
+        dest="partial_parts",
+        action="store_false",
+        help="send every container frame as one SageMaker response part (SageMaker may cut "
+        "frames, so by default the local runtime does, at random)",
+    )
+    parser.add_argument(
         "--allowed-origins",
         default="",
         help="comma-separated browser origins that may connect, e.g. https://app.example.com "
@@ -50,6 +64,14 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         help="add this latency to every @connections post (tens of ms on AWS)",
+    )
+    parser.add_argument(
+        "--post-frames",
+        choices=["binary", "text"],
+        default="binary",
+        help="the frame type of @connections posts: binary (default) sends bodies that are not "
+        "UTF-8, such as audio, as binary frames; text sends every body as a text frame, as a "
+        "gateway that sends only text would (raw audio then fails a browser's connection: 1007)",
     )
 
 
@@ -69,7 +91,10 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         allowed_origins=parse_origins(args.allowed_origins),
         engine=EngineSettings.from_env(engine=args.engine, voice=args.voice),
         ordered_messages=args.ordered_messages,
+        partial_parts=args.partial_parts,
+        fragment_seed=args.fragment_seed,
         post_latency_ms=args.post_latency_ms,
+        post_frames=args.post_frames,
     )
 
 

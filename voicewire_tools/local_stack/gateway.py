@@ -2,45 +2,78 @@
 the ``@connections`` management API, so the functions' boto3 code runs unchanged.
 
 - ``WS /ws``: ``$connect`` (with the query string, through the authorizer when tokens are on),
-  each text frame routed on ``$request.body.action`` (``$default`` otherwise), ``$disconnect``.
-  Like API Gateway: a binary frame from a client closes the connection with 1003, a frame over
-  32 KB or a message over 128 KB with 1009.
-- ``POST /@connections/{id}``: the body goes to the client as a *text* frame when it is UTF-8
-  text and as a *binary* frame otherwise (voicewire's audio frames start with 0xA1, which is
-  never valid UTF-8); 410 ``GoneException`` for a closed or unknown connection, 413
-  ``PayloadTooLargeException`` over 128 KB. ``GET`` returns the connection's info, ``DELETE``
-  closes it.
+  each text message routed on ``$request.body.action`` (``$default`` otherwise), ``$disconnect``.
+  Like API Gateway: a binary frame from a client closes the connection with 1003; a *frame* over
+  32 KB, or a *message* over 128 KB in any number of frames, closes it with 1009. A message of
+  up to 128 KB sent as frames of up to 32 KB is reassembled and handled whole.
+- ``POST /@connections/{id}``: the body goes to the client as one message, in frames of at most
+  32 KB (so over 32 KB it arrives fragmented, as the quota says it must); 410
+  ``GoneException`` for a closed or unknown connection, 413 ``PayloadTooLargeException`` over
+  128 KB. Which frame type it goes out as is ``post_frames`` (``voicewire up --post-frames``):
+  ``binary`` (the default): a *text* frame when the body is UTF-8 text, a *binary* frame
+  otherwise (voicewire's audio frames start with 0xA1, which is never valid UTF-8); ``text``:
+  always a text frame carrying the posted bytes exactly, invalid UTF-8 included, as a gateway
+  that sends text frames would, so a standards-following client fails the connection with 1007
+  on raw audio. AWS documents neither (``docs/aws-facts.md``); ``text`` shows what the base64
+  fallback is for. ``GET`` returns the connection's info, ``DELETE`` closes it.
 - ``GET /``: the browser page (``web/index.html``); ``GET /{name}`` the files it loads from its
   own folder (``app.js``, ``style.css``, ...), nothing else: a static host's view of ``web/``.
+
+Frames are judged as frames. An ASGI server hands an application whole reassembled messages,
+which cannot tell one 120 KB frame (refused) from four 30 KB ones (accepted). So uvicorn serves
+the HTTP routes (a Starlette app), and hands each WebSocket upgrade on the same port to this
+module's connection class (uvicorn's ``ws=`` protocol hook), a ``websockets`` asyncio
+connection whose frame parser enforces both limits as it reads each frame header: a frame's
+payload over 32 KB, or one that would take its message past 128 KB, fails the connection with
+1009 before the payload is read. One port and one base URL still serve the page, ``/ws`` and
+``@connections``. No compression extension is negotiated, so the sizes judged are the sizes on
+the wire; the gateway sends no pings of its own (clients keep a connection alive, as on AWS).
 
 As unkind as AWS, by default: the messages of one connection are handled concurrently (API
 Gateway invokes the route's function for each message as it arrives, and nothing orders two
 invocations), and ``@connections`` posts can be given a latency (a signed HTTPS round trip on
 AWS takes tens of ms) and throttled on request (``PostFaults``). ``ordered_messages=True`` handles
 one message at a time per connection, in arrival order, for a person trying things by hand.
+
+The limits are API Gateway's quotas ("Quotas for configuring and running a WebSocket in API
+Gateway"): WebSocket frame size 32 KB, message payload size 128 KB, and its footnote: a message
+larger than 32 KB must be split into frames of 32 KB or less, which applies to ``@connections``
+commands too, and a larger message (or a larger frame) closes the connection with code 1009.
+https://docs.aws.amazon.com/apigateway/latest/developerguide/apigateway-execution-service-websocket-limits-table.html
+Binary frames from clients ("Binary media types for WebSocket APIs in API Gateway"): rejected,
+the client disconnected with code 1003.
+https://docs.aws.amazon.com/apigateway/latest/developerguide/websocket-api-develop-binary-media-types.html
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
 import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import parse_qsl, urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route, WebSocketRoute
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.routing import Route
+from websockets.asyncio.server import Server, ServerConnection
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import CloseCode
+from websockets.http11 import Request as HandshakeRequest
+from websockets.http11 import Response as HandshakeResponse
+from websockets.protocol import State
+from websockets.server import ServerProtocol
 
 from voicewire.client_protocol import CLIENT_ACTIONS, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES
 from voicewire_tools.page_headers import SECURITY_HEADERS
@@ -51,6 +84,13 @@ ROUTES = frozenset(CLIENT_ACTIONS)
 API_ID = "local"
 STAGE = "local"
 METHOD_ARN = f"arn:aws:execute-api:local:000000000000:{API_ID}/{STAGE}/$connect"
+WS_PATH = "/ws"
+OPEN_TIMEOUT = 10.0  # seconds for a client to finish its opening handshake
+CLOSE_TIMEOUT = 10.0  # seconds to wait for a client's answer to a close frame
+
+# How ``@connections`` bodies go out: see the module's docstring.
+PostFrames = Literal["binary", "text"]
+POST_FRAMES: tuple[PostFrames, ...] = ("binary", "text")
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -80,7 +120,7 @@ class PostFaults:
 @dataclass
 class LocalConnection:
     connection_id: str
-    websocket: WebSocket
+    websocket: ServerConnection
     source_ip: str
     user_agent: str
     connected_at: float = field(default_factory=time.time)
@@ -126,6 +166,88 @@ def route_for(body: str) -> str:
     return action if isinstance(action, str) and action in ROUTES else "$default"
 
 
+def frames_of(data: bytes) -> Iterator[bytes]:
+    """``data`` in pieces of at most 32 KB: the frames of one ``@connections`` message."""
+    for start in range(0, len(data), MAX_FRAME_BYTES):
+        yield data[start : start + MAX_FRAME_BYTES]
+
+
+def is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+@dataclass
+class _Handshake:
+    """What ``$connect`` learned, kept for the connection's life and its ``$disconnect``."""
+
+    connection: LocalConnection
+    headers: dict[str, str]
+    multi_headers: dict[str, list[str]]
+    domain: str
+
+
+class _Handovers(Server):
+    """websockets' bookkeeping for connections that uvicorn accepted and handed over: the
+    handler task each one starts. It listens on nothing (uvicorn does); ``is_serving`` says
+    yes for as long as uvicorn gives it connections."""
+
+    def __init__(self, handler: Callable[[ServerConnection], Any]) -> None:
+        super().__init__(_not_listening, handler, logger)
+
+    def is_serving(self) -> bool:
+        return True
+
+
+async def _not_listening() -> asyncio.Server:
+    raise RuntimeError("the gateway's WebSocket connections come from uvicorn's listener")
+
+
+class GatewaySocket(ServerConnection):
+    """One client connection, from the upgrade on: a ``websockets`` asyncio connection (an
+    asyncio protocol) that uvicorn's HTTP protocol hands the transport to, as it would its own
+    WebSocket protocol. It joins uvicorn's connections so that stopping the server closes it
+    (1001, going away) and waits for it."""
+
+    def __init__(self, gateway: Gateway, server_state: Any) -> None:
+        protocol = ServerProtocol(
+            # (message, frame): the parser checks each frame's length against what is left of
+            # 32 KB and of the message's 128 KB before reading it, and fails with 1009.
+            max_size=(MAX_MESSAGE_BYTES, MAX_FRAME_BYTES),
+            extensions=None,  # no permessage-deflate: the sizes judged are the sizes sent
+            logger=logger,
+        )
+        super().__init__(
+            protocol,
+            gateway.handovers(),
+            ping_interval=None,
+            ping_timeout=None,
+            close_timeout=CLOSE_TIMEOUT,
+        )
+        self.uvicorn_state = server_state
+        self.handshake_info: _Handshake | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.uvicorn_state.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.uvicorn_state.connections.discard(self)
+
+    def shutdown(self) -> None:
+        """uvicorn is stopping."""
+        if self.protocol.state is State.OPEN:
+            closing = self.loop.create_task(self.close(CloseCode.GOING_AWAY, "Going away"))
+            self.uvicorn_state.tasks.add(closing)
+            closing.add_done_callback(self.uvicorn_state.tasks.discard)
+        elif self.protocol.state is State.CONNECTING:
+            self.transport.close()
+
+
 class Gateway:
     def __init__(
         self,
@@ -134,20 +256,27 @@ class Gateway:
         ordered_messages: bool = False,
         post_faults: PostFaults | None = None,
         extra_routes: list[Route] | None = None,
+        post_frames: PostFrames = "binary",
     ) -> None:
+        if post_frames not in POST_FRAMES:
+            raise ValueError(f"post_frames must be one of {POST_FRAMES}, not {post_frames!r}")
         self.functions = functions
         self.extra_routes = extra_routes or []
         self.page = page
         self.ordered_messages = ordered_messages
         self.post_faults = post_faults or PostFaults()
+        self.post_frames: PostFrames = post_frames
         self.connections: dict[str, LocalConnection] = {}
         self._handling: set[asyncio.Task[Any]] = set()
+        self._handovers: _Handovers | None = None
+
+    # --- serving --------------------------------------------------------------------------
 
     def app(self) -> Starlette:
+        """The HTTP routes. WebSocket upgrades never reach it: see ``websocket_protocol``."""
         return Starlette(
             routes=[
                 Route("/", self.index, methods=["GET"]),
-                WebSocketRoute("/ws", self.websocket),
                 Route(
                     "/@connections/{connection_id}",
                     self.management,
@@ -157,6 +286,26 @@ class Gateway:
                 Route("/{name}", self.asset, methods=["GET"]),  # last: every other route first
             ]
         )
+
+    def websocket_protocol(self) -> type[GatewaySocket]:
+        """uvicorn's ``ws=`` setting for ``app()``: every WebSocket upgrade on the port becomes
+        one of this gateway's connections (upgrades to any path but ``/ws`` answer 404)."""
+        gateway = self
+
+        class Socket(GatewaySocket):
+            def __init__(self, config: Any, server_state: Any, app_state: Any) -> None:
+                super().__init__(gateway, server_state)
+
+        return Socket
+
+    def uvicorn_settings(self) -> dict[str, Any]:
+        """What ``uvicorn.Config`` needs, beside the app, to serve this gateway."""
+        return {"ws": self.websocket_protocol()}
+
+    def handovers(self) -> _Handovers:
+        if self._handovers is None:  # made on the serving loop, by its first connection
+            self._handovers = _Handovers(self._serve_socket)
+        return self._handovers
 
     async def index(self, request: Request) -> Response:
         if self.page is None or not self.page.is_file():
@@ -175,16 +324,61 @@ class Gateway:
 
     # --- the client side ------------------------------------------------------------------
 
-    async def websocket(self, websocket: WebSocket) -> None:
-        client = websocket.client
+    async def _serve_socket(self, socket: ServerConnection) -> None:
+        """A handed-over connection's life: the handshake (``$connect`` decides it), the
+        messages, ``$disconnect``. As websockets' own server runs a connection."""
+        assert isinstance(socket, GatewaySocket)
+        try:
+            try:
+                async with asyncio.timeout(OPEN_TIMEOUT):
+                    await socket.handshake(None, self._connect, server_header=None)
+            except Exception:  # a client gone or too slow mid-handshake; a function's failure
+                # is already logged by websockets, and answered 500 as API Gateway would.
+                logger.debug("a WebSocket handshake did not complete", exc_info=True)
+                socket.transport.abort()
+                return
+            info = socket.handshake_info
+            if socket.protocol.state is not State.OPEN or info is None:
+                socket.transport.abort()  # refused: the answer is written, nothing follows
+                return
+            try:
+                async with socket:
+                    await self._session(info)
+            except Exception:
+                logger.exception("a gateway connection failed")
+                socket.transport.abort()
+        finally:
+            task = asyncio.current_task()
+            if task is not None:
+                self.handovers().handler_tasks.discard(task)
+
+    async def _connect(
+        self, socket: ServerConnection, request: HandshakeRequest, response: HandshakeResponse
+    ) -> HandshakeResponse | None:
+        """After websockets has checked the upgrade request: the route, the authorizer and
+        ``$connect``, which may refuse the connection with their own answer."""
+        assert isinstance(socket, GatewaySocket)
+        if response.status_code != HTTPStatus.SWITCHING_PROTOCOLS:
+            return None  # a malformed upgrade: websockets' 400 or 426, no function runs
+        target = urlsplit(request.path)
+        if target.path != WS_PATH:
+            return _handshake_answer(404, "Not Found\n")
+        peer = socket.remote_address
         connection = LocalConnection(
             connection_id=base64.b64encode(os.urandom(12)).decode().replace("/", "_"),
-            websocket=websocket,
-            source_ip=client.host if client else "127.0.0.1",
-            user_agent=websocket.headers.get("user-agent", ""),
+            websocket=socket,
+            source_ip=peer[0] if peer else "127.0.0.1",
+            user_agent=request.headers.get("User-Agent", ""),
         )
-        domain = websocket.headers.get("host", "127.0.0.1")
-        query = dict(websocket.query_params) or None
+        domain = request.headers.get("Host", "127.0.0.1")
+        # API Gateway keeps the client's spelling of header names (events/apigw/connect.json);
+        # uvicorn, which parsed the upgrade, hands it over lowercased, so the functions must (and
+        # do) read names without regard to case.
+        headers = dict(request.headers.raw_items())
+        multi_headers: dict[str, list[str]] = {}
+        for name, value in request.headers.raw_items():
+            multi_headers.setdefault(name, []).append(value)
+        query = dict(parse_qsl(target.query, keep_blank_values=True)) or None
         authorizer_context = None
         if self.functions.authorizer is not None:
             verdict = await asyncio.to_thread(
@@ -192,22 +386,22 @@ class Gateway:
                 {
                     "type": "REQUEST",
                     "methodArn": METHOD_ARN,
-                    "headers": dict(websocket.headers),
+                    "headers": headers,
                     "queryStringParameters": query,
                 },
             )
             effect = verdict["policyDocument"]["Statement"][0]["Effect"]
             if effect != "Allow":
-                await websocket.send_denial_response(JSONResponse({"message": "Forbidden"}, 403))
-                return
+                return _handshake_answer(
+                    403, json.dumps({"message": "Forbidden"}), "application/json"
+                )
             authorizer_context = {
                 "principalId": verdict["principalId"],
                 **verdict.get("context", {}),
             }
-        headers = dict(websocket.headers)
         connect_event = {
             "headers": headers,
-            "multiValueHeaders": {key: [value] for key, value in headers.items()},
+            "multiValueHeaders": multi_headers,
             "queryStringParameters": query,
             "requestContext": _request_context(
                 connection, "$connect", "CONNECT", domain, authorizer=authorizer_context
@@ -217,23 +411,26 @@ class Gateway:
         result = await asyncio.to_thread(self.functions.connect, connect_event)
         status = int(result.get("statusCode", 200))
         if status != 200:
-            await websocket.send_denial_response(PlainTextResponse(result.get("body", ""), status))
-            return
-        await websocket.accept()
+            return _handshake_answer(status, str(result.get("body", "")))
+        socket.handshake_info = _Handshake(connection, headers, multi_headers, domain)
+        return None
+
+    async def _session(self, info: _Handshake) -> None:
+        connection = info.connection
         self.connections[connection.connection_id] = connection
         close_code, reason = 1000, "Client closed the connection"
         try:
-            close_code, reason = await self._receive(connection, domain)
+            close_code, reason = await self._receive(connection, info.domain)
         finally:
             connection.open = False
             disconnect_event = {
-                "headers": headers,
-                "multiValueHeaders": {key: [value] for key, value in headers.items()},
+                "headers": info.headers,
+                "multiValueHeaders": info.multi_headers,
                 "requestContext": _request_context(
                     connection,
                     "$disconnect",
                     "DISCONNECT",
-                    domain,
+                    info.domain,
                     disconnectStatusCode=close_code,
                     disconnectReason=reason,
                 ),
@@ -242,23 +439,18 @@ class Gateway:
             await asyncio.to_thread(self.functions.disconnect, disconnect_event)
 
     async def _receive(self, connection: LocalConnection, domain: str) -> tuple[int, str]:
-        websocket = connection.websocket
+        socket = connection.websocket
         while True:
             try:
-                message = await websocket.receive()
-            except WebSocketDisconnect as gone:
-                return gone.code, "Client closed the connection"
-            if message["type"] == "websocket.disconnect":
-                return int(message.get("code", 1005)), "Client closed the connection"
+                # A whole message: the parser has already refused an oversize frame or message
+                # (1009) and a text frame that is not UTF-8 (1007), which end up here.
+                body = await socket.recv()
+            except ConnectionClosed as closed:
+                return _how_it_closed(closed)
             connection.last_active_at = time.time()
-            if message.get("bytes") is not None:
+            if isinstance(body, bytes):
                 await self._close(connection, 1003, "Binary frames are not supported")
                 return 1003, "Binary frames are not supported"
-            body = message.get("text") or ""
-            size = len(body.encode("utf-8"))
-            if size > MAX_FRAME_BYTES:
-                await self._close(connection, 1009, "Frame size exceeds the 32 KB limit")
-                return 1009, "Frame too large"
             route = route_for(body)
             event = {
                 "requestContext": _request_context(
@@ -288,8 +480,7 @@ class Gateway:
     async def _close(self, connection: LocalConnection, code: int, reason: str) -> None:
         connection.open = False
         async with connection.send_lock:
-            with contextlib.suppress(RuntimeError):  # already closed
-                await connection.websocket.close(code=code, reason=reason)
+            await connection.websocket.close(code, reason)  # idempotent; waits for the reply
 
     # --- the management API ---------------------------------------------------------------
 
@@ -322,16 +513,46 @@ class Gateway:
             return _aws_error(429, "LimitExceededException", "Rate exceeded")
         if len(data) > MAX_MESSAGE_BYTES:
             return _aws_error(413, "PayloadTooLargeException", "Payload is over 128 KB")
+        # "text": the posted bytes in a text frame whatever they are; websockets writes bytes
+        # given with text=True as they are, without checking that they are UTF-8.
+        text = self.post_frames == "text" or is_utf8(data)
+        # One frame up to 32 KB; past it, 32 KB frames of one message (the quota's footnote).
+        message = data if len(data) <= MAX_FRAME_BYTES else list(frames_of(data))
         async with connection.send_lock:
             try:
-                try:
-                    await connection.websocket.send_text(data.decode("utf-8"))
-                except UnicodeDecodeError:
-                    await connection.websocket.send_bytes(data)
-            except (RuntimeError, WebSocketDisconnect, OSError):
+                await connection.websocket.send(message, text=text)
+            except ConnectionClosed:
                 connection.open = False
                 return _aws_error(410, "GoneException", "The connection is gone")
         return Response(status_code=200)
+
+
+def _how_it_closed(closed: ConnectionClosed) -> tuple[int, str]:
+    """The ``$disconnect`` event's code and reason: the side that closed first says."""
+    if closed.rcvd is not None and (closed.sent is None or closed.rcvd_then_sent):
+        return closed.rcvd.code, "Client closed the connection"
+    if closed.sent is not None:
+        return closed.sent.code, closed.sent.reason or "Closed by the gateway"
+    return int(CloseCode.ABNORMAL_CLOSURE), "Connection lost"
+
+
+def _handshake_answer(
+    status: int, body: str, content_type: str = "text/plain"
+) -> HandshakeResponse:
+    """An HTTP answer instead of the upgrade (a browser sees only close 1006)."""
+    data = body.encode()
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    headers = Headers(
+        [
+            ("Connection", "close"),
+            ("Content-Length", str(len(data))),
+            ("Content-Type", f"{content_type}; charset=utf-8"),
+        ]
+    )
+    return HandshakeResponse(status, phrase, headers, data)
 
 
 def _iso(moment: float) -> str:

@@ -10,17 +10,29 @@ deployed code path runs locally (``voicewire up --speech-link sagemaker``) and i
   stack's own CA, ALPN ``h2``; a client without HTTP/2 gets a 400), the
   ``x-amzn-sagemaker-model-invocation-path`` and ``...-model-query-string`` headers honoured as
   SageMaker does;
-- a SigV4 ``Authorization`` header scoped to the ``sagemaker`` service must be there (403
-  otherwise), and every request event must carry the event signature headers (``:date``,
-  ``:chunk-signature``): signatures are checked for presence, not recomputed;
+- signatures are recomputed, as AWS does (``sigv4_verifier``): the request's SigV4 signature
+  with the secret of an access key the stack issued, for this region and the ``sagemaker``
+  service, within 5 minutes of the clock (403 ``MissingAuthenticationTokenException``,
+  ``IncompleteSignatureException``, ``UnrecognizedClientException`` or
+  ``InvalidSignatureException`` otherwise, with AWS's messages); then every request event's
+  ``:chunk-signature``, each continuing the chain from the one before (seeded by the request's);
 - each ``RequestPayloadPart`` goes to the container as one WebSocket frame (text for
   ``DataType`` UTF8, binary otherwise; fragments are passed as they are, never joined);
 - each container frame comes back as a ``ResponsePayloadPart`` (UTF8 for text frames, BINARY
-  for binary ones), optionally cut into ``PARTIAL`` parts of at most ``fragment_bytes``;
+  for binary ones), and, as SageMaker may, often cut into ``PARTIAL`` parts: by default at
+  random bytes from a seed the runtime logs (``fragment_seed`` replays it; ``partial_parts``),
+  ``fragments=False`` for whole frames, ``fragment_bytes`` for a cut every n bytes;
+- AWS's limits hold, each a named value in ``sagemaker_limits`` (AWS's where AWS documents one,
+  a conservative choice where not): the container must accept the WebSocket within 250 ms
+  (else 424 ``ModelError``), answer pings sent every 60 s (5 missed: ``ModelStreamError``
+  ``StreamBroken``); a stream idle for 60 s or open for 30 min ends with a ``ModelStreamError``
+  ``ModelInvocationTimeExceeded``; a request part over 512,000 bytes is an
+  ``InternalStreamFailure``, a container frame over it arrives in ``PARTIAL`` parts;
 - the container closing with 1000 ends the response stream; closing any other way, or failing,
-  is a ``ModelStreamError`` event; the front door's own failures (an unreadable or unsigned
-  request event) are an ``InternalStreamFailure`` event; errors before the stream opens are
-  HTTP errors with ``x-amzn-errortype`` (403, 400 ``InputValidationError``, 424 ``ModelError``);
+  is a ``ModelStreamError`` event; the front door's own failures (an unreadable request event, or
+  one whose signature is missing or breaks the chain) are an ``InternalStreamFailure`` event;
+  errors before the stream opens are HTTP errors with ``x-amzn-errortype`` and the body the
+  SDK's model reads (403 as above, 400 ``InputValidationError``, 424 ``ModelError``);
 - the client ending its input stream ends the session at once, dropping answers still on their
   way (what SageMaker does: a client must keep its input open until the output is drained).
 
@@ -33,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import enum
 import json
 import logging
@@ -52,6 +65,20 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from voicewire_tools.local_stack.http2_server import ClientGone, Http1Answer, Http2Server, Stream
 from voicewire_tools.local_stack.local_tls import LocalTls
+from voicewire_tools.local_stack.partial_parts import Cutter, FragmentPolicy, pieces
+from voicewire_tools.local_stack.sagemaker_limits import (
+    BROKEN_ERROR_CODE,
+    TIMEOUT_ERROR_CODE,
+    SageMakerLimits,
+)
+from voicewire_tools.local_stack.sigv4_verifier import (
+    SIGNED_EVENTS,
+    AccessKey,
+    EventChain,
+    EventSignatureRejected,
+    SignatureRejected,
+    SigV4Verifier,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -60,15 +87,10 @@ DEFAULT_INVOCATION_PATH = "invocations-bidirectional-stream"
 VARIANT = "AllTraffic"
 ACCOUNT = "000000000000"
 EVENT_STREAM = "application/vnd.amazon.eventstream"
-SIGNED_EVENTS = "STREAMING-AWS4-HMAC-SHA256-EVENTS"
-# AWS4-HMAC-SHA256 Credential=KEY/20261130/us-east-1/sagemaker/aws4_request, SignedHeaders=..., ...
-AUTHORIZATION = re.compile(
-    r"^AWS4-HMAC-SHA256 Credential=[^/\s]+/\d{8}/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request,"
-    r"\s*SignedHeaders=[^,]+,\s*Signature=[0-9a-f]{64}$"
-)
-# SageMaker pings the container every 60 s and gives up after 5 missed pongs.
-CONTAINER_PING_INTERVAL = 60.0
-CONTAINER_PING_TIMEOUT = 300.0
+REGION = "us-east-1"  # where this front door is, unless told otherwise
+# The chain a stream's request events must continue, set when its request is checked: the
+# relay's tasks, started after that, inherit it (each stream is handled in a task of its own).
+_EVENT_CHAIN: contextvars.ContextVar[EventChain] = contextvars.ContextVar("event_chain")
 HTTP1_ANSWER = Http1Answer(
     400,
     "application/json",
@@ -90,7 +112,8 @@ class RuntimeCounters:
     streams_opened: int = 0  # streams that reached a container
     streams_refused: int = 0  # answered with an HTTP error
     request_parts: int = 0
-    response_parts: int = 0
+    response_parts: int = 0  # container frames sent back (each as one part or more)
+    partial_parts: int = 0  # parts marked PARTIAL: a frame cut into n parts counts n - 1
 
 
 class _Ended(enum.Enum):
@@ -100,10 +123,16 @@ class _Ended(enum.Enum):
 
 
 class _StreamFailure(Exception):
-    def __init__(self, kind: Literal["model", "internal"], message: str) -> None:
+    def __init__(
+        self,
+        kind: Literal["model", "internal"],
+        message: str,
+        error_code: str = "ModelStreamError",
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.error_code = error_code  # a ModelStreamError's ErrorCode
 
 
 class _HttpError(Exception):
@@ -118,9 +147,33 @@ class LocalSageMakerRuntime:
     an endpoint name to its container's base WebSocket URL (``ws://127.0.0.1:8080``)."""
 
     endpoints: Mapping[str, str]
-    fragment_bytes: int | None = None  # cut larger container frames into PARTIAL parts
+    # How container frames are cut into PARTIAL response parts (``partial_parts``): at random
+    # by default, from ``fragment_seed`` (a new seed when None; logged either way), so every
+    # reader of the response meets cut frames; ``fragments=False`` sends frames whole (cut only
+    # at the size limit), ``fragment_bytes`` cuts every that many bytes instead.
+    fragments: bool = True
+    fragment_seed: int | None = None
+    fragment_bytes: int | None = None
+    # AWS's limits on the stream (``sagemaker_limits``); tests shrink them to cross one.
+    limits: SageMakerLimits = field(default_factory=SageMakerLimits)
+    # Whose signatures are good: by default one new key, which ``verifier.keys`` tells.
+    verifier: SigV4Verifier = field(
+        default_factory=lambda: SigV4Verifier.accepting([AccessKey.issue()], REGION)
+    )
     counters: RuntimeCounters = field(default_factory=RuntimeCounters)
     _faults: list[StreamFault] = field(default_factory=list)
+    fragment_policy: FragmentPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        max_part = self.limits.max_response_part_bytes
+        if self.fragment_bytes is not None:
+            self.fragment_policy = FragmentPolicy(max_part, every_bytes=self.fragment_bytes)
+        elif self.fragments:
+            self.fragment_policy = FragmentPolicy.random(max_part, self.fragment_seed)
+        else:
+            self.fragment_policy = FragmentPolicy(max_part)
+        # The seed is what replays a failure seen with random cuts: always in the log.
+        logger.info("local SageMaker runtime: PARTIAL parts %s", self.fragment_policy.describe())
 
     def fail_next_stream(self, fault: StreamFault) -> None:
         self._faults.append(fault)
@@ -156,7 +209,7 @@ class LocalSageMakerRuntime:
         if stream.method != "POST":
             raise _HttpError(405, "MethodNotAllowedException", {"message": "use POST"})
         headers = stream.headers
-        _check_signature(headers)
+        _EVENT_CHAIN.set(_check_signature(stream, self.verifier))
         if not headers.get("content-type", "").startswith(EVENT_STREAM):
             raise _HttpError(
                 400,
@@ -186,15 +239,17 @@ class LocalSageMakerRuntime:
         return f"{base_url.rstrip('/')}/{path.lstrip('/')}" + (f"?{query}" if query else "")
 
     async def _open_container(self, url: str) -> ClientConnection:
-        """The sidecar's WebSocket to the container."""
+        """The sidecar's WebSocket to the container: accepted within SageMaker's 250 ms, then
+        pinged every 60 s (websockets answers and sends the pings; ``sagemaker_limits``)."""
+        limits = self.limits
         try:
             return await connect(
                 url,
                 max_size=None,
                 compression=None,
-                open_timeout=10,
-                ping_interval=CONTAINER_PING_INTERVAL,
-                ping_timeout=CONTAINER_PING_TIMEOUT,
+                open_timeout=limits.container_accept_seconds,
+                ping_interval=limits.container_ping_interval_seconds,
+                ping_timeout=limits.container_pong_timeout_seconds,
             )
         except InvalidStatus as error:
             status = error.response.status_code
@@ -208,7 +263,19 @@ class LocalSageMakerRuntime:
                     "ErrorCode": "ModelError",
                 },
             ) from error
-        except (OSError, InvalidHandshake, TimeoutError) as error:
+        except TimeoutError as error:
+            accept_ms = limits.container_accept_seconds * 1000
+            raise _HttpError(
+                424,
+                "ModelError",
+                {
+                    "Message": "the model container did not accept the WebSocket within "
+                    f"{accept_ms:g} ms (SageMaker's container contract for bidirectional "
+                    "streaming)",
+                    "ErrorCode": "ModelError",
+                },
+            ) from error
+        except (OSError, InvalidHandshake) as error:
             raise _HttpError(
                 424,
                 "ModelError",
@@ -232,18 +299,27 @@ class _Relay:
         self.runtime, self.stream = runtime, stream
         self.container, self.fault = container, fault
         self.counters = runtime.counters
+        self.limits = runtime.limits
+        self.cutter: Cutter = runtime.fragment_policy.for_stream()
         self._parts_sent = 0  # response parts of this stream (for an injected fault)
+        self._opened = time.monotonic()
+        self._last_part = self._opened  # a payload part either way: the idle clock
 
     async def run(self) -> None:
-        upstream = asyncio.create_task(self._upstream(), name="runtime-upstream")
-        downstream = asyncio.create_task(self._downstream(), name="runtime-downstream")
-        done, _ = await asyncio.wait({upstream, downstream}, return_when=asyncio.FIRST_COMPLETED)
-        finished = downstream if downstream in done else upstream
-        for task in (upstream, downstream):
+        # In order of precedence when more than one has ended: the container's end is what
+        # the client is told, then the client's, then a limit's.
+        tasks = [
+            asyncio.create_task(self._downstream(), name="runtime-downstream"),
+            asyncio.create_task(self._upstream(), name="runtime-upstream"),
+            asyncio.create_task(self._watch_limits(), name="runtime-limits"),
+        ]
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finished = next(task for task in tasks if task in done)
+        for task in tasks:
             if task is not finished:
                 task.cancel()
-        results = await asyncio.gather(upstream, downstream, return_exceptions=True)
-        outcome = results[1] if finished is downstream else results[0]
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        outcome = results[tasks.index(finished)]
         # SageMaker ends the container's session whichever side ended first.
         with contextlib.suppress(Exception):
             await self.container.close(1000, "stream ended")
@@ -286,7 +362,17 @@ class _Relay:
         if headers.get(":message-type") != "event" or headers.get(":event-type") != "PayloadPart":
             raise _StreamFailure("internal", f"unexpected request event {headers!r}")
         self.counters.request_parts += 1
+        self._last_part = time.monotonic()
         payload = bytes(event.payload)
+        limit = self.limits.max_request_part_bytes
+        if len(payload) > limit:
+            # Refused by the front door, so an InternalStreamFailure: the response has started,
+            # and the API model has no other front-door error for its response stream.
+            raise _StreamFailure(
+                "internal",
+                f"a request payload part of {len(payload)} bytes is over the limit of "
+                f"{limit} bytes",
+            )
         # DataType absent means BINARY, as on SageMaker.
         message: str | bytes = payload
         if headers.get("DataType") == "UTF8":
@@ -310,6 +396,15 @@ class _Relay:
                 code = closed.rcvd.code if closed.rcvd is not None else 1006
                 if code == 1000:
                     return _Ended.CONTAINER_CLOSED
+                if _missed_pongs(closed):
+                    limits = self.limits
+                    raise _StreamFailure(
+                        "model",
+                        f"the model container answered none of {limits.container_missed_pongs} "
+                        f"WebSocket pings ({limits.container_ping_interval_seconds:g} s apart): "
+                        "SageMaker closed its connection",
+                        BROKEN_ERROR_CODE,
+                    ) from None
                 reason = closed.rcvd.reason if closed.rcvd is not None else "no close frame"
                 raise _StreamFailure(
                     "model", f"the model container closed the stream ({code}: {reason})"
@@ -319,7 +414,8 @@ class _Relay:
                 raise _StreamFailure(fault.kind, f"injected {fault.kind} stream failure")
             text = isinstance(frame, str)
             data = frame.encode("utf-8") if isinstance(frame, str) else frame
-            for piece, complete in _pieces(data, self.runtime.fragment_bytes):
+            max_part = self.limits.max_response_part_bytes
+            for piece, complete in pieces(data, self.cutter.cuts(len(data)), max_part):
                 headers: dict[str, Any] = {
                     ":message-type": "event",
                     ":event-type": "PayloadPart",
@@ -328,13 +424,41 @@ class _Relay:
                 }
                 if not complete:
                     headers["CompletionState"] = "PARTIAL"
+                    self.counters.partial_parts += 1
                 await self._send_event(EventMessage(headers=headers, payload=piece))
+                self._last_part = time.monotonic()
             self._parts_sent += 1
             self.counters.response_parts += 1
 
+    async def _watch_limits(self) -> None:
+        """End the stream at SageMaker's session length, or once no payload part has gone
+        either way for the idle limit (``sagemaker_limits``: neither is documented by AWS, nor
+        what the client is told; here a ModelStreamError, as AWS's other streaming API reports
+        a time limit)."""
+        limits = self.limits
+        session_end = self._opened + limits.max_session_seconds
+        while True:
+            now = time.monotonic()
+            if now >= session_end:
+                raise _StreamFailure(
+                    "model",
+                    f"the stream reached the maximum session length of "
+                    f"{limits.max_session_seconds:g} s",
+                    TIMEOUT_ERROR_CODE,
+                )
+            idle_end = self._last_part + limits.stream_idle_seconds
+            if now >= idle_end:
+                raise _StreamFailure(
+                    "model",
+                    f"no payload part either way for {limits.stream_idle_seconds:g} s: "
+                    "the idle stream was closed",
+                    TIMEOUT_ERROR_CODE,
+                )
+            await asyncio.sleep(min(session_end, idle_end) - now)
+
     async def _send_failure(self, failure: _StreamFailure) -> None:
         if failure.kind == "model":
-            body = {"Message": failure.message, "ErrorCode": "ModelStreamError"}
+            body = {"Message": failure.message, "ErrorCode": failure.error_code}
             exception_type = "ModelStreamError"
         else:
             body = {"Message": failure.message}
@@ -354,39 +478,44 @@ class _Relay:
         await self.stream.send_data(event.encode())
 
 
-def _check_signature(headers: dict[str, str]) -> None:
-    authorization = headers.get("authorization")
-    if not authorization:
+def _check_signature(stream: Stream, verifier: SigV4Verifier) -> EventChain:
+    """The request's signature, recomputed; AWS's common errors (403, ``{"message": ...}``, the
+    shape of a restJson1 service's) if it is not good. Authentication comes before validation,
+    as on AWS."""
+    headers = stream.headers
+    try:
+        chain = verifier.verify_request(stream.method, stream.path, headers)
+    except SignatureRejected as rejected:
         raise _HttpError(
-            403, "MissingAuthenticationTokenException", {"message": "Missing Authentication Token"}
-        )
-    match = AUTHORIZATION.match(authorization)
-    if match is None:
-        raise _HttpError(
-            403,
-            "IncompleteSignatureException",
-            {"message": "Authorization header is not a SigV4 signature"},
-        )
-    if match["service"] != "sagemaker":
-        raise _HttpError(
-            403,
-            "InvalidSignatureException",
-            {"message": "Credential should be scoped to correct service: 'sagemaker'."},
-        )
+            rejected.status, rejected.error_type, {"message": rejected.message}
+        ) from None
     if headers.get("x-amz-content-sha256") != SIGNED_EVENTS:
         raise _HttpError(
             400,
             "InputValidationError",
             {"Message": f"x-amz-content-sha256 must be {SIGNED_EVENTS} (signed events)"},
         )
+    return chain
 
 
 def _unwrap_signed(envelope: EventStreamMessage) -> EventStreamMessage | None:
     """A signed request event is an envelope (``:date``, ``:chunk-signature``) around the
-    event itself; the envelope with an empty payload ends the input stream."""
-    headers = envelope.headers
-    if ":chunk-signature" not in headers or ":date" not in headers:
-        raise _StreamFailure("internal", "a request event is not signed")
+    event itself; the envelope with an empty payload ends the input stream.
+
+    A signature that does not continue the stream's chain ends the stream with an
+    ``InternalStreamFailure`` event naming AWS's error (``InvalidSignatureException: ...``).
+    Why that shape: once the response has started, SageMaker can only answer with an event of
+    its response stream, and the API model's only exceptions there are ``ModelStreamError`` (the
+    container's) and ``InternalStreamFailure`` (the front door's own). An exception type the
+    model does not list fails the SDK's event decoder (``smithy_aws_event_stream``: a
+    ``KeyError``), not as a typed error. (Transcribe, whose stream model has
+    ``BadRequestException``, sends a failed event signature as that modelled exception.)"""
+    try:
+        _EVENT_CHAIN.get().verify(envelope)
+    except EventSignatureRejected as rejected:
+        raise _StreamFailure("internal", f"{rejected.error_type}: {rejected.message}") from None
+    except LookupError:  # no checked request: nothing to chain to
+        raise _StreamFailure("internal", "a request event came without a signed request") from None
     if not envelope.payload:
         return None
     inner = EventStreamBuffer()
@@ -397,12 +526,15 @@ def _unwrap_signed(envelope: EventStreamMessage) -> EventStreamMessage | None:
     return messages[0]
 
 
-def _pieces(data: bytes, limit: int | None) -> list[tuple[bytes, bool]]:
-    """``data`` as (piece, is_last) pairs of at most ``limit`` bytes (one piece without one)."""
-    if not limit or len(data) <= limit:
-        return [(data, True)]
-    starts = range(0, len(data), limit)
-    return [(data[i : i + limit], i + limit >= len(data)) for i in starts]
+def _missed_pongs(closed: ConnectionClosed) -> bool:
+    """Whether the sidecar gave up on the container for unanswered pings: websockets fails the
+    connection with 1011 "keepalive ping timeout", before any close of the container's."""
+    return (
+        closed.sent is not None
+        and not closed.rcvd_then_sent
+        and closed.sent.code == 1011
+        and "keepalive" in closed.sent.reason
+    )
 
 
 async def _send_http_error(stream: Stream, error: _HttpError) -> None:

@@ -28,6 +28,8 @@ from starlette.routing import Route
 
 from speech_server.server import bind_socket
 from speech_server.settings import EngineSettings
+from voicewire_tools.local_stack.gateway import PostFrames
+from voicewire_tools.local_stack.sigv4_verifier import AccessKey, SigV4Verifier
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,8 @@ TABLE_NAME = "voicewire-sessions"
 WORKER_FUNCTION = "voicewire-worker"
 ENDPOINT_NAME = "kokoro-82m"  # the SageMaker endpoint the local runtime serves
 PAGE = Path(__file__).resolve().parents[2] / "web" / "index.html"
+# For moto's DynamoDB and the gateway's @connections API. The SageMaker runtime checks
+# signatures as AWS does, with the key each stack issues (``LocalStack.credentials``).
 LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "local"}
 
 # How the worker reaches the speech server: "sagemaker" is the deployed path (the SDK's HTTP/2
@@ -64,6 +68,15 @@ class StackOptions:
     ordered_messages: bool = False
     async_retry_delays: tuple[float, ...] = (1.0, 2.0)
     post_latency_ms: float = 0.0
+    # How @connections posts go out (gateway.py): "binary" sends bodies that are not UTF-8 as
+    # binary frames; "text" sends every body as a text frame, as a gateway that only sends
+    # text would (raw audio then fails a browser's connection with 1007).
+    post_frames: PostFrames = "binary"
+    # SageMaker may cut a container frame into PARTIAL response parts: the local runtime does,
+    # at random cut points from this seed (None: a new one, shown at start), so every reader of
+    # the output meets cut frames. False: frames whole (sagemaker_runtime, partial_parts).
+    partial_parts: bool = True
+    fragment_seed: int | None = None
 
 
 @dataclass
@@ -78,7 +91,7 @@ class RunningServer:
 
 def serve_in_thread(app: Any, sock: socket.socket, name: str, **config: Any) -> RunningServer:
     server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", ws="websockets-sansio", **config)
+        uvicorn.Config(app, **{"log_level": "warning", "ws": "websockets-sansio", **config})
     )
     thread = threading.Thread(
         target=lambda: asyncio.run(server.serve(sockets=[sock])), name=name, daemon=True
@@ -99,6 +112,9 @@ class LocalStack:
         self.token_secret = secrets.token_urlsafe(32)
         # What an application's backend would hold: the key that ``POST /tickets`` asks for.
         self.api_key = secrets.token_urlsafe(24)
+        # The access key this stack's SageMaker runtime accepts (it recomputes signatures, as
+        # AWS does): whatever opens a speech session through it signs with this.
+        self.credentials = AccessKey.issue()
         self._servers: list[RunningServer] = []
         self._moto: Any = None
         self._speech_process: subprocess.Popen[str] | None = None
@@ -246,13 +262,14 @@ class LocalStack:
             page=PAGE,
             ordered_messages=options.ordered_messages,
             post_faults=PostFaults(latency_seconds=options.post_latency_ms / 1000),
+            post_frames=options.post_frames,
             extra_routes=(
                 [Route("/tickets", self.mint_ticket, methods=["POST"])] if options.tokens else []
             ),
         )
         self.gateway = gateway
         self._servers.append(
-            serve_in_thread(gateway.app(), gateway_socket, "gateway", ws_max_size=128 * 1024)
+            serve_in_thread(gateway.app(), gateway_socket, "gateway", **gateway.uvicorn_settings())
         )
 
     def _start_runtime(self, reserved: socket.socket) -> None:
@@ -263,7 +280,18 @@ class LocalStack:
         self._tls_dir = Path(tempfile.mkdtemp(prefix="voicewire-tls-"))
         self.tls = LocalTls.create(self._tls_dir)
         container = f"ws://{self.options.host}:{self.options.speech_port}"
-        self._runtime = start_runtime({ENDPOINT_NAME: container}, reserved, self.tls)
+        self._runtime = start_runtime(
+            {ENDPOINT_NAME: container},
+            reserved,
+            self.tls,
+            verifier=SigV4Verifier.accepting([self.credentials], REGION),
+            fragments=self.options.partial_parts,
+            fragment_seed=self.options.fragment_seed,
+        )
+        # The seed replays the cuts of a run that failed: shown with the stack's other lines.
+        self.progress(
+            f"SageMaker runtime: PARTIAL parts {self._runtime.runtime.fragment_policy.describe()}"
+        )
 
     def speech_session_factory(self, link: SpeechLink) -> Callable[[], Any]:
         """How the worker opens a speech session over ``link``."""
@@ -271,9 +299,9 @@ class LocalStack:
 
         if link == "websocket":
             return lambda: open_speech_session(self.speech_url)
-        # The production client, pointed at the local runtime; the runtime checks that a
-        # signature is there, so any credentials do.
-        local = boto3.Session(region_name=REGION, **LOCAL_CREDENTIALS)
+        # The production client, pointed at the local runtime, with the key it issued: the
+        # runtime recomputes every signature, as AWS does.
+        local = boto3.Session(region_name=REGION, **self.credentials.boto3_kwargs())
         return lambda: open_speech_session(
             ENDPOINT_NAME,
             region=REGION,
