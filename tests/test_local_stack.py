@@ -50,6 +50,42 @@ async def test_speak_returns_a_whole_turn(stack):
     check_turn(result, "speak")
 
 
+async def test_the_stack_speaks_through_a_front_door_as_strict_as_sagemaker(stack):
+    """By default the worker's speech goes through the local SageMaker runtime, which recomputes
+    every signature with the key this stack issued and cuts the container's frames into PARTIAL
+    parts at random: a turn is whole through both, and a key the stack did not issue is refused
+    as AWS refuses it."""
+    from voicewire.speech_link import SpeechStreamError, open_speech_session
+    from voicewire_tools.local_stack.sigv4_verifier import AccessKey
+
+    counters = stack.runtime_counters
+    opened, partial = counters.streams_opened, counters.partial_parts
+    stack.keep_speech_sessions(False)  # a session per turn: this turn's stream is a new one
+    try:
+        result = await run_turn(
+            stack.ws_url, {"action": "speak", "text": "Every part of this, cut and joined."}
+        )
+    finally:
+        stack.keep_speech_sessions(True)
+    check_turn(result, "speak")
+    assert counters.streams_opened == opened + 1
+    assert counters.partial_parts > partial  # its audio came back in cut parts
+
+    stranger = boto3.Session(region_name="us-east-1", **AccessKey.issue().boto3_kwargs())
+    session = open_speech_session(
+        "kokoro-82m",
+        region="us-east-1",
+        endpoint_uri=stack.runtime_url,
+        trusted_ca_file=stack.tls.ca_file,
+        boto3_session=stranger,
+    )
+    with pytest.raises(SpeechStreamError) as refused:
+        async with session:
+            pass
+    assert refused.value.code == "connect_failed"
+    assert "403 UnrecognizedClientException" in refused.value.message
+
+
 async def test_ask_bidi_speaks_before_the_text_is_done(stack):
     """The default recording streams text for about 4 s: audio must start before it ends."""
     async with connect(stack.ws_url, max_size=None) as ws:

@@ -179,6 +179,14 @@ function newTurn(kind, text) {
     status: "sent",
     ended: false, // its turn_end (or a refusal) came
     stopped: false, // Stop or a barge-in: its frames are dropped from now on
+    ...received(speed),
+    error: "",
+  };
+}
+
+/** What a turn has received and measured so far: nothing yet. */
+function received(speed) {
+  return {
     text: new TurnText(speed),
     deltas: [],
     sentences: [],
@@ -188,7 +196,6 @@ function newTurn(kind, text) {
     server: {},
     audioSeconds: 0,
     stalls: 0,
-    error: "",
   };
 }
 
@@ -291,15 +298,7 @@ function restart(turn) {
     number: null,
     status: "asking again",
     delivery: undefined,
-    text: new TurnText(turn.speed),
-    deltas: [],
-    sentences: [],
-    frames: [],
-    playback: [],
-    marks: {},
-    server: {},
-    audioSeconds: 0,
-    stalls: 0,
+    ...received(turn.speed),
   });
 }
 
