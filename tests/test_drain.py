@@ -26,8 +26,6 @@ from speech_client import collect_reply
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 
-from speech_server.drain import DRAIN_SECONDS
-
 pytestmark = pytest.mark.model
 
 LONG_TEXT = (
@@ -180,10 +178,10 @@ async def test_sigterm_lets_open_sessions_finish_then_exits(speech_process):
             await asyncio.wait_for(busy.recv(), 10)
         assert busy.close_code == 1001
 
+    # It exits once its last session is done (within 10 s of it), and no session was cut at
+    # the deadline (the log's count below). How long the sessions took after the signal depends
+    # on how fast the machine's cores are, so that is not what is compared.
     assert await server.wait_exit(10) == 0
-    # It exited once its last session was done, not at the deadline (how long the sessions
-    # took depends on how busy the machine's cores are, so that is not what is compared).
-    assert time.monotonic() - signalled < DRAIN_SECONDS
     log = server.log()
     assert "draining: 2 session(s) open" in log
     assert "2 session(s) closed idle, 0 closed by their clients, 0 cut at the deadline" in log

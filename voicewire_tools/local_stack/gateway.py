@@ -79,6 +79,9 @@ from voicewire.client_protocol import CLIENT_ACTIONS, MAX_FRAME_BYTES, MAX_MESSA
 from voicewire_tools.page_headers import SECURITY_HEADERS
 
 logger = logging.getLogger(__name__)
+# websockets' own logger, not ours: at DEBUG it logs every handshake's request line, and a
+# connect ticket travels in the query string (docs/security.md: no ticket in any log line).
+WEBSOCKETS_LOGGER = logging.getLogger("websockets.server")
 
 ROUTES = frozenset(CLIENT_ACTIONS)
 API_ID = "local"
@@ -196,7 +199,7 @@ class _Handovers(Server):
     yes for as long as uvicorn gives it connections."""
 
     def __init__(self, handler: Callable[[ServerConnection], Any]) -> None:
-        super().__init__(_not_listening, handler, logger)
+        super().__init__(_not_listening, handler, WEBSOCKETS_LOGGER)
 
     def is_serving(self) -> bool:
         return True
@@ -218,7 +221,7 @@ class GatewaySocket(ServerConnection):
             # 32 KB and of the message's 128 KB before reading it, and fails with 1009.
             max_size=(MAX_MESSAGE_BYTES, MAX_FRAME_BYTES),
             extensions=None,  # no permessage-deflate: the sizes judged are the sizes sent
-            logger=logger,
+            logger=WEBSOCKETS_LOGGER,
         )
         super().__init__(
             protocol,
