@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from polling import until
 from websockets.asyncio.client import connect
 from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -129,14 +130,6 @@ def text_posts() -> Iterator[LocalGateway]:
     started = start_gateway(Recorder(), post_frames="text")
     yield started
     started.running.stop()
-
-
-async def until(condition, what: str, seconds: float = 10) -> None:
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not within {seconds:g} s: {what}")
-        await asyncio.sleep(0.005)
 
 
 def message_of(size: int, action: str = "speak") -> str:

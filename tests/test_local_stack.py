@@ -12,6 +12,7 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from polling import until
 from required_tools import needs
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -21,15 +22,6 @@ from voicewire.turn_client import run_turn
 from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-async def until(condition, what: str, seconds: float = 10) -> None:
-    """Wait until ``condition()`` is true (the gateway changes it on its own threads)."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"not within {seconds:g} s: {what}")
-        await asyncio.sleep(0.005)
 
 
 def check_turn(result, mode):
