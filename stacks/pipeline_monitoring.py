@@ -1,7 +1,7 @@
 """What an operator of the voice pipeline watches: the worker's EMF metrics on a dashboard, and
 alarms on what means users are not being answered.
 
-The worker publishes (``functions/handlers/worker.py``), in the ``voicewire`` namespace with the
+The worker publishes (``functions/turn_metrics.py``), in the ``voicewire`` namespace with the
 dimensions ``mode`` (bidi, batch, speak) and ``service``: ``TimeToFirstAudio``,
 ``TimeToFirstText``, ``TurnTotal``, ``SpeechSessionReady`` (ms), ``Turns_<status>``,
 ``SpeechSessions_<origin>``, ``WorkerJobsDropped``, ``TurnRecordsFailed``,

@@ -477,9 +477,10 @@ def test_a_running_turn_whose_writes_stay_throttled_ends_with_state_unavailable(
     renewal is 3 attempts in all (the client's config), then the watcher backs off and tries
     again, until ``poll_failure_limit_seconds``."""
     from functions.environment_loop import run_in_environment
-    from functions.handlers.worker import Invocation, run_job
+    from functions.turn_guards import Invocation
     from functions.worker_job import WorkerJob
     from functions.worker_policy import WorkerPolicy
+    from functions.worker_run import run_job
 
     server, _ = tone_speech()
     world = make_world(server.ws_url, llm=ReplayBedrockClient(pace=3.0))  # ~14 s of answer

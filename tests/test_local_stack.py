@@ -577,16 +577,17 @@ class WorkerKilled(BaseException):
 async def test_lambda_retries_a_dead_worker_which_ends_the_turn_without_speaking_again(
     stack, monkeypatch
 ):
-    from functions.handlers import worker
+    from functions import worker_run
+    from functions.turn_endings import relay_for, turn_start_frame
 
     async def start_then_die(job, adapters, invocation, policy, head):
-        monkeypatch.setattr(worker, "run_claimed", real)  # only the first attempt dies
+        monkeypatch.setattr(worker_run, "run_claimed", real)  # only the first attempt dies
         await head.discard(adapters.speech_sessions)
-        await worker._relay_for(job, adapters).control(worker._turn_start(job))
+        await relay_for(job, adapters).control(turn_start_frame(job))
         raise WorkerKilled
 
-    real = worker.run_claimed
-    monkeypatch.setattr(worker, "run_claimed", start_then_die)
+    real = worker_run.run_claimed
+    monkeypatch.setattr(worker_run, "run_claimed", start_then_die)
     before = len(stack.functions.invocations)
     async with connect(stack.ws_url, max_size=None) as ws:
         await ws.send(json.dumps({"action": "speak", "text": "Never twice.", "turn_id": "die"}))

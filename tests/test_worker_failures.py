@@ -284,7 +284,7 @@ FAST_POLICY = WorkerPolicy(
 
 
 def _watch(adapters, store, job, during=None) -> tuple:
-    from functions.handlers.worker import TurnStop, watch_turn
+    from functions.turn_guards import TurnStop, watch_turn
     from functions.worker_job import WorkerJob
 
     async def watch():

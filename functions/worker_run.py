@@ -1,0 +1,295 @@
+"""A worker job from claim to end: the orchestration around one turn (``functions.turn``).
+
+The worker first *claims* its turn (a conditional write: Lambda may deliver the job twice or
+retry it, and a turn is never spoken twice; see ``functions.worker_policy``) while it asks for
+its speech session and reads the conversation history (the head start, so the claim's round
+trip is not added to the first audio). Then it runs the turn with its guards
+(``functions.turn_guards``: a cancel seen in the record, the invocation's deadline), records how
+the turn ended, keeps the session for the next turn if the turn left it clean, keeps the
+exchange in the history, and publishes the turn's metrics (``functions.turn_metrics``).
+
+Whatever fails, the turn ends (``functions.turn_endings``): the client gets ``error`` +
+``turn_end``, the record its status, CloudWatch its metric, and the job returns normally so that
+Lambda has nothing to retry.
+
+Where the next features land: the LLM request (history, tools) is built in ``_llm_request``;
+what the turn says and streams is ``functions.turn``'s ``TurnRunner``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from functions.adapters.llm import converse_request
+from functions.adapters.relay import Relay
+from functions.adapters.session_store import ClaimVerdict, SessionStore
+from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
+from functions.observability import logger
+from functions.settings import Settings
+from functions.turn import TurnOutcome, TurnRunner, TurnSpec
+from functions.turn_endings import (
+    end_cancelled_before_start,
+    end_told_late,
+    end_unspoken,
+    relay_for,
+)
+from functions.turn_guards import Invocation, TurnStop, stop_at_deadline, watch_turn
+from functions.turn_metrics import publish_count, publish_turn_metrics
+from functions.wiring import Adapters
+from functions.worker_job import WorkerJob
+from functions.worker_policy import WORKER_POLICY, WorkerPolicy
+from voicewire.error_codes import ErrorCode
+from voicewire.speech_link import SpeechSession
+
+
+async def run_job(
+    job: WorkerJob, adapters: Adapters, invocation: Invocation, policy: WorkerPolicy = WORKER_POLICY
+) -> str:
+    """Claim the turn, then run it, or end it unspoken, or drop a job that is not this
+    worker's to run. Returns the turn's final status, or ``dropped``."""
+    store = adapters.store
+    head = HeadStart.begin(job, adapters)
+    try:
+        claim = await asyncio.to_thread(
+            store.claim_turn, job.connection_id, job.turn_id, invocation.request_id,
+            policy.lease_seconds,
+        )  # fmt: skip
+    except Exception:  # Lambda retries the job; nothing of it was used
+        await head.discard(adapters.speech_sessions)
+        raise
+    if claim.verdict != ClaimVerdict.CLAIMED or claim.status != "running":
+        await head.discard(adapters.speech_sessions)
+    match claim.verdict:
+        case ClaimVerdict.ENDED if (
+            claim.claimed_by == invocation.request_id and not claim.end_recorded
+        ):
+            # Lambda's retry of this invocation, whose attempt died mid-turn; the turn was then
+            # cancelled (a cancel, a barge-in, a disconnect), which only writes the record:
+            # nobody told the client. Its turn_end, once (no second turn_start, nothing spoken).
+            return await end_told_late(job, adapters, invocation.request_id, claim.status)
+        case ClaimVerdict.HELD | ClaimVerdict.ENDED | ClaimVerdict.UNKNOWN:
+            # A second delivery of a job, or a retry of one that ended: never speak twice.
+            logger.warning(
+                "job dropped", verdict=str(claim.verdict), turn_status=claim.status,
+                claimed_by=claim.claimed_by,
+            )  # fmt: skip
+            publish_count("WorkerJobsDropped")
+            return "dropped"
+        case ClaimVerdict.ABANDONED:
+            # Its worker died (a crash, a timeout) and this is Lambda's retry: end it, unspoken.
+            return await end_unspoken(
+                job, adapters, ErrorCode.INTERNAL_ERROR,
+                "the turn's worker stopped before the turn ended", announce=False,
+            )  # fmt: skip
+        case ClaimVerdict.CLAIMED if claim.status != "running":
+            return await end_cancelled_before_start(job, adapters, claim.status or "cancelled")
+    if time.time() - job.accepted_at > policy.start_deadline_seconds:
+        await head.discard(adapters.speech_sessions)
+        return await end_unspoken(
+            job, adapters, ErrorCode.TURN_EXPIRED,
+            f"the turn's worker started more than {policy.start_deadline_seconds:g} s after "
+            "the turn was accepted", announce=True,
+        )  # fmt: skip
+    try:
+        return await run_claimed(job, adapters, invocation, policy, head)
+    except Exception as failure:  # whatever escaped: the turn still ends, and says why
+        started = not isinstance(failure, _NotStarted)
+        logger.exception("the worker failed", started=started)
+        return await end_unspoken(
+            job, adapters, ErrorCode.INTERNAL_ERROR,
+            "the turn failed" if started else "the turn could not start", announce=not started,
+        )  # fmt: skip
+
+
+class _NotStarted(Exception):
+    """The turn failed before its first frame was posted."""
+
+
+@dataclass
+class HeadStart:
+    """What a turn needs that can start while its claim is being written, so the claim's
+    round trip is not added to the first audio: the speech session (its set-up, or the check of
+    a kept one, then runs while the turn starts and the LLM writes its first tokens) and, for
+    an ask, the conversation history. A job that is not run gives the unused session back."""
+
+    acquiring: asyncio.Task[ReadySession]
+    reading: asyncio.Task[Any] | None  # the connection record, for its history
+
+    @classmethod
+    def begin(cls, job: WorkerJob, adapters: Adapters) -> HeadStart:
+        store = adapters.store
+        reading = None
+        if job.mode != "speak":
+            reading = asyncio.create_task(
+                asyncio.to_thread(store.get_connection, job.connection_id)
+            )
+        return cls(asyncio.create_task(adapters.speech_sessions.acquire()), reading)
+
+    async def discard(self, sessions: KeptSpeechSession) -> None:
+        tasks = [self.acquiring] + ([self.reading] if self.reading is not None else [])
+        await asyncio.gather(*tasks, return_exceptions=True)
+        if self.acquiring.cancelled() or self.acquiring.exception() is not None:
+            return
+        try:  # best effort: the job is not run either way
+            await sessions.release(self.acquiring.result().session, reusable=True)
+        except Exception as error:
+            logger.warning("an unused speech session could not be given back", error=repr(error))
+
+
+def seed_baseline(settings: Settings) -> dict[str, Any]:
+    """The seed's pipeline for ``voicewire bench``'s baseline modes; nothing otherwise."""
+    if settings.baseline != "seed":
+        return {}
+    from voicewire.seed_chunker import SeedSentenceChunker
+
+    return {"chunker_factory": SeedSentenceChunker, "fast_start": False}
+
+
+async def run_claimed(
+    job: WorkerJob,
+    adapters: Adapters,
+    invocation: Invocation,
+    policy: WorkerPolicy,
+    head: HeadStart,
+) -> str:
+    """Run a claimed turn under its guards, then record, tell and keep how it ended."""
+    acquiring = head.acquiring
+    speech = asyncio.create_task(_session_of(acquiring), name="speech-session-ready")
+    store = adapters.store
+    relay = relay_for(job, adapters)
+    stop = TurnStop(asyncio.Event())
+    guards = [
+        asyncio.create_task(watch_turn(store, job, invocation.request_id, stop, policy)),
+        asyncio.create_task(stop_at_deadline(invocation, stop, policy)),
+    ]
+    outcome: TurnOutcome | None = None
+    runner: TurnRunner | None = None
+    try:
+        try:
+            llm_request = await _llm_request(job, adapters.settings, head)
+            llm = adapters.llm_client() if llm_request else None
+        except Exception as error:
+            raise _NotStarted from error
+        settings = adapters.settings
+        spec = TurnSpec(job.turn_id, job.turn, job.mode, job.accepted_at, job.voice, job.speed)
+        runner = TurnRunner(
+            spec, relay, speech, stop.event, llm=llm, llm_request=llm_request, text=job.text,
+            stop_failure=lambda: stop.failure,
+            speech_timeout=settings.speech_chunk_timeout_seconds,
+            max_speech_seconds=settings.max_speech_seconds_per_turn,
+            **seed_baseline(settings),
+        )  # fmt: skip
+        outcome = await runner.run(tell_end=False)
+    finally:
+        for guard in guards:
+            guard.cancel()
+        await asyncio.gather(*guards, return_exceptions=True)
+        ready = await _hand_back(adapters.speech_sessions, acquiring, speech, outcome, runner)
+    final = await _record_end(job, store, invocation, outcome, relay)
+    if final != outcome.status:  # cancelled while it ended: the record has the last word
+        outcome.status = final  # type: ignore[assignment]
+    await runner.tell_end(outcome)
+    await relay.close()
+    await _leave_behind(job, store, outcome, final)
+    publish_turn_metrics(final, outcome.timings, ready)
+    logger.info(
+        "turn ended",
+        status=final,
+        error_code=outcome.error.code.value if outcome.error is not None else None,
+        timings=outcome.timings.model_dump(),
+        speech_session=ready.origin if ready else None,
+        speech_session_ready_ms=ready.ready_ms if ready else None,
+        **_relay_counts(relay),
+    )
+    return final
+
+
+async def _llm_request(job: WorkerJob, settings: Settings, head: HeadStart) -> Any | None:
+    """The Converse request of an ask, over the history the head start read; None to speak a
+    given text."""
+    if head.reading is None:
+        return None
+    connection = await head.reading
+    history = connection.history if connection else []
+    return converse_request(
+        settings.bedrock_model_id, history, job.prompt or "", settings.system_prompt,
+        settings.max_output_tokens,
+    )  # fmt: skip
+
+
+def _relay_counts(relay: Relay) -> dict[str, int]:
+    return {
+        "audio_bytes": relay.audio_bytes,
+        "audio_frames": relay.audio_frames,
+        "frames": relay.frames,
+        "bytes_sent": relay.bytes_sent,
+    }
+
+
+async def _record_end(
+    job: WorkerJob, store: SessionStore, invocation: Invocation, outcome: TurnOutcome,
+    relay: Relay,
+) -> str:  # fmt: skip
+    """Record how the turn ended; returns the record's final status.
+
+    Recorded before the client hears of it: a client may leave on its turn_end, and the
+    $disconnect must then find the turn ended, not running (it would cancel it)."""
+    error_code = outcome.error.code.value if outcome.error is not None else None
+    try:
+        return await asyncio.to_thread(
+            store.finish_turn, job.connection_id, job.turn_id, outcome.status, outcome.timings,
+            _relay_counts(relay), outcome.stop_reason, invocation.request_id, error_code,
+        )  # fmt: skip
+    except Exception:
+        # The client was told; only the record is missing. Retrying the invocation cannot
+        # help (the turn would be ended twice), so say so loudly and go on.
+        logger.exception("the turn's end could not be recorded", status=outcome.status)
+        publish_count("TurnRecordsFailed")
+        return outcome.status
+
+
+async def _leave_behind(
+    job: WorkerJob, store: SessionStore, outcome: TurnOutcome, final: str
+) -> None:
+    """What a turn leaves for later: a connection known gone, the exchange in the history."""
+    try:
+        if outcome.gone:
+            await asyncio.to_thread(store.mark_gone, job.connection_id)
+        if job.mode != "speak" and final == "complete" and outcome.answer.strip():
+            await asyncio.to_thread(
+                store.append_history, job.connection_id, job.prompt or "", outcome.answer
+            )
+    except Exception:  # the turn itself is over and told; the next one has less context
+        logger.exception("the turn's history could not be kept")
+        publish_count("HistoryWritesFailed")
+
+
+async def _session_of(acquiring: asyncio.Task[ReadySession]) -> SpeechSession:
+    return (await acquiring).session
+
+
+async def _hand_back(
+    sessions: KeptSpeechSession,
+    acquiring: asyncio.Task[ReadySession],
+    speech: asyncio.Task[SpeechSession],
+    outcome: TurnOutcome | None,
+    runner: TurnRunner | None,
+) -> ReadySession | None:
+    """Keep the session for the next turn if this one left it clean, else close it. Returns how
+    the session was obtained, if it was.
+
+    An opening still under way when the turn ends (a turn cancelled early) is waited for, not
+    called off: the client already has its turn_end, the wait is bounded by the open timeout,
+    the session is clean and the next turn can use it; and cancelling the CRT client mid-connect
+    makes awscrt resolve a cancelled future from its own thread."""
+    await asyncio.gather(acquiring, speech, return_exceptions=True)
+    if acquiring.cancelled() or acquiring.exception() is not None:
+        return None
+    ready = acquiring.result()
+    completed = outcome is not None and outcome.status == "complete"
+    unused = runner is not None and not runner.used_speech
+    await sessions.release(ready.session, reusable=completed or unused)
+    return ready
