@@ -72,8 +72,8 @@ def test_a_benchmark_without_turns_refuses_a_stack_url(capsys):
 
 
 def test_a_bench_against_a_ticketed_api_mints_a_ticket_per_connection(monkeypatch, tmp_path):
+    from voicewire_tools import deployed_tickets
     from voicewire_tools.cli import main
-    from voicewire_tools.commands import agent_infra
     from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
     options = StackOptions(port=0, speech_port=0, runtime_port=0, tokens=True)
@@ -87,7 +87,7 @@ def test_a_bench_against_a_ticketed_api_mints_a_ticket_per_connection(monkeypatc
         with pytest.raises(SystemExit, match=r"HTTP 403.*add --mint-tickets"):
             main(command)
         # The deployed secret as agent-infra reads it from SSM (over moto in test_infra_cli).
-        monkeypatch.setattr(agent_infra, "deployed_secret", lambda: local.token_secret)
+        monkeypatch.setattr(deployed_tickets, "deployed_secret", lambda: local.token_secret)
         report = tmp_path / "load.json"
         main([*command, "--mint-tickets", "--json", str(report)])
         (row,) = json.loads(report.read_text())["loads"]

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from speech_server import model_assets
-from speech_server.engines import choose_default_voice, load_engine
+from speech_server.engines import load_engine
+from speech_server.engines.default_voice import choose_default_voice
 from speech_server.engines.torch_engine import _model_files
 from speech_server.model_assets import ModelAssetError, bundled_model_path, expected_model_sha256
 from speech_server.settings import EngineSettings

@@ -16,7 +16,7 @@ from websockets.asyncio.client import connect
 from voicewire.chunker import IncrementalSentenceChunker
 from voicewire.client_protocol import ClientError, dump_control, parse_action
 from voicewire.error_codes import ErrorCode, ProtocolError
-from voicewire.speech_protocol import dump_frame, parse_client_message
+from voicewire.speech_protocol import ErrorFrame, dump_frame, parse_client_message
 from voicewire.speech_text import SpeechTextFilter
 
 # Any Unicode but surrogates (which a str from a WebSocket text frame cannot hold), weighted
@@ -69,7 +69,7 @@ def test_the_speech_parser_raises_only_protocol_errors_that_can_be_sent(raw):
         message = parse_client_message(raw, frozenset({"af_heart"}))
     except ProtocolError as error:
         assert error.code in ErrorCode
-        assert len(dump_frame(error.to_frame())) < 2_000  # always serializable, never an echo
+        assert len(dump_frame(ErrorFrame.of(error))) < 2_000  # always serializable, never an echo
         return
     text = getattr(message, "text", None)
     assert text is None or text.strip()  # an accepted text has something visible in it

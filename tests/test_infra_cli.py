@@ -13,6 +13,7 @@ import pytest
 from required_tools import needs
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER, verify_token
+from voicewire_tools import deployed_tickets
 from voicewire_tools.commands import agent_infra, speech_infra
 from voicewire_tools.commands.cdk_runner import (
     BOOTSTRAP_PARAMETER,
@@ -183,21 +184,23 @@ def test_deploy_makes_the_token_secret_once_and_token_mints_from_it(aws):
     assert agent_infra.ensure_token_secret("us-east-1") is False  # kept, never rotated by deploy
     stored = boto3.client("ssm").get_parameter(Name=TOKEN_SECRET_PARAMETER, WithDecryption=True)
     assert stored["Parameter"]["Type"] == "SecureString"
-    token = agent_infra.deployed_token(600, "tester")
+    token = deployed_tickets.deployed_token(600, "tester")
     assert verify_token(stored["Parameter"]["Value"], token).principal == "tester"
 
 
 def test_token_without_a_deployment_says_to_deploy_first(aws):
     with pytest.raises(InfraError, match="agent-infra deploy"):
-        agent_infra.deployed_token(600, "tester")
+        deployed_tickets.deployed_token(600, "tester")
 
 
-def test_the_demo_url_gets_a_token_unless_it_has_one():
+def test_the_demo_url_gets_a_fresh_ticket_per_connection_unless_it_has_one():
+    from voicewire_tools.commands.demo import ticketed
+
     url = "wss://abc.execute-api.eu-west-1.amazonaws.com/prod"
-    assert agent_infra.with_token(url, "T") == url + "?token=T"
-    assert agent_infra.with_token(url + "?audio=base64&token=X", "T").endswith(
-        "?audio=base64&token=X"
-    )
+    tickets = iter(["T1", "T2"])
+    urls = ticketed(url + "?audio=base64", lambda: next(tickets))
+    assert [urls(), urls()] == [url + "?audio=base64&token=T1", url + "?audio=base64&token=T2"]
+    assert ticketed(url + "?audio=base64&token=X", lambda: "T") == url + "?audio=base64&token=X"
 
 
 @needs("npx")

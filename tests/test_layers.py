@@ -95,3 +95,75 @@ def test_the_layer_rule_itself():
     assert not allowed("speech_server.app", "voicewire_tools.local_stack.stack")
     assert allowed("functions.turn", "voicewire.chunker")
     assert allowed("voicewire_tools.local_stack.stack", "functions.wiring")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each first-party module -> the first-party modules it names: ``from a.b import c`` names
+    ``a.b.c`` when that is a module, else ``a.b``. Lazy and type-checking imports count: a
+    reader cannot tell which of two modules that import each other is the lower one."""
+    graph = {}
+    for module, path in FILES.items():
+        named = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                named.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    submodule = f"{node.module}.{alias.name}"
+                    named.add(submodule if submodule in FILES else node.module)
+        graph[module] = {name for name in named if name in FILES and name != module}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iterative so
+    that a deep chain of imports cannot overflow the stack)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    circles = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    circles.append(sorted(group))
+    return circles
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    assert import_circles(import_graph()) == []
+
+
+def test_the_circle_finder_finds_circles():
+    chain = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert import_circles(chain) == [["a", "b", "c"]]
+    assert import_circles({"a": {"b"}, "b": set()}) == []

@@ -324,12 +324,33 @@ def test_demo_reports_both_modes(stack, tmp_path):
     bidi, batch = (report["modes"][mode]["first_audio_ms"]["median"] for mode in ("bidi", "batch"))
     first_chunk_ms, whole_text_ms = recorded_text_ms("Hello there", stack.options.llm_pace)
     assert bidi >= first_chunk_ms and batch >= whole_text_ms  # no audio before its text exists
-    assert report["batch_over_bidi_first_audio"] == pytest.approx(batch / bidi)
-    assert report["batch_over_bidi_first_audio"] > 1  # streaming speaks sooner
-    assert "first audio, batch / bidi" in result.stdout
+    assert report["bidi_sooner_than"] == {"batch": pytest.approx(batch / bidi)}
+    assert report["bidi_sooner_than"]["batch"] > 1  # streaming speaks sooner
+    # What it will do comes first, the comparison last.
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("voicewire demo: voicewire's bidi against voicewire's batch")
+    assert "1 trial x 2 modes = 2 turns" in lines[1]
+    assert lines[-1] == (
+        f"voicewire's bidi spoke after {bidi:.0f} ms: {batch / bidi:.2f}x sooner than "
+        f"voicewire's batch ({batch:.0f} ms)"
+    )
 
 
-def test_demo_compares_the_speech_links_side_by_side(tmp_path):
+def test_the_seeds_pipeline_needs_the_demos_own_stack(capsys):
+    from voicewire_tools.cli import main
+
+    with pytest.raises(SystemExit, match="seed_bidi switch the demo's own stack"):
+        main(["demo", "--url", "ws://127.0.0.1:9/ws", "--modes", "bidi,seed_bidi"])
+    with pytest.raises(SystemExit, match="must include bidi"):
+        main(["demo", "--modes", "seed_bidi,seed_batch"])
+    with pytest.raises(SystemExit):
+        main(["demo", "--modes", "bidi,seed_stream"])
+    assert "unknown modes ['seed_stream']" in capsys.readouterr().err
+
+
+def test_demo_compares_with_the_seeds_pipeline_over_both_speech_links(tmp_path):
+    """The demo's default: voicewire's bidi against the seed's bidi and batch, on its own stack
+    (here over both speech links at once, which it also compares)."""
     figures = tmp_path / "demo.json"
     result = subprocess.run(
         [sys.executable, "-m", "voicewire_tools.cli", "demo", "--trials", "1",
@@ -344,13 +365,18 @@ def test_demo_compares_the_speech_links_side_by_side(tmp_path):
     costs = report["link_cost"]
     for link in ("sagemaker", "websocket"):
         figures_of_link = report["links"][link]
-        bidi, batch = (
-            figures_of_link["modes"][mode]["first_audio_ms"]["median"] for mode in ("bidi", "batch")
+        bidi, seed_bidi, seed_batch = (
+            figures_of_link["modes"][mode]["first_audio_ms"]["median"]
+            for mode in ("bidi", "seed_bidi", "seed_batch")
         )
-        # No audio before the text it speaks exists. (Not batch > bidi: one trial on a cold
-        # stack, and its first turn, a bidi one, also pays for the engine's first run.)
-        assert bidi >= first_chunk_ms and batch >= whole_text_ms
-        assert figures_of_link["batch_over_bidi_first_audio"] == pytest.approx(batch / bidi)
+        # No audio before the text it speaks exists: the seed's bidi waits for a whole sentence,
+        # its batch for the whole text. (Not seed_bidi > bidi: one trial on a cold stack, and
+        # its first turn, a bidi one, also pays for the engine's first run.)
+        assert bidi >= first_chunk_ms and seed_batch >= whole_text_ms
+        assert figures_of_link["bidi_sooner_than"] == {
+            "seed_bidi": pytest.approx(seed_bidi / bidi),
+            "seed_batch": pytest.approx(seed_batch / bidi),
+        }
         cost = costs[link]
         assert len(cost["open_ms"]["values"]) == 5
         # A ping needs no engine; a one-clause text's first audio is the engine's time on top.
@@ -359,6 +385,12 @@ def test_demo_compares_the_speech_links_side_by_side(tmp_path):
     assert costs["sagemaker"]["open_ms"]["median"] > costs["websocket"]["open_ms"]["median"]
     assert report["speech_link"] == "sagemaker"  # the first link's figures at the top
     assert "per session and per chunk" in result.stdout
+    assert "1 trial x 3 modes x 2 speech links = 6 turns" in result.stdout
+    last = result.stdout.strip().splitlines()[-2:]
+    assert [line.split(":")[0] for line in last] == ["sagemaker", "websocket"]
+    assert all("sooner than the seed's bidi" in line for line in last)
+    assert all("sooner than the seed's batch" in line for line in last)
+    assert all((tmp_path / f"{mode}.wav").stat().st_size > 44 for mode in report["modes"])
 
 
 def test_ask_cli_prints_the_timeline_and_writes_audio(stack, tmp_path):

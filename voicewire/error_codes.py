@@ -7,10 +7,6 @@ sent.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from voicewire.speech_protocol import ErrorFrame
 
 
 class ErrorCode(StrEnum):
@@ -64,8 +60,3 @@ class ProtocolError(Exception):
         self.code = code
         self.message = message
         self.request_id = request_id
-
-    def to_frame(self) -> ErrorFrame:
-        from voicewire.speech_protocol import ErrorFrame
-
-        return ErrorFrame(code=self.code, message=self.message, request_id=self.request_id)

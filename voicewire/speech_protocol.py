@@ -154,6 +154,11 @@ class ErrorFrame(BaseModel):
     message: str
     request_id: str | None = None
 
+    @classmethod
+    def of(cls, error: ProtocolError) -> ErrorFrame:
+        """The frame that tells the client of bad input: its code, its sentence, its request."""
+        return cls(code=error.code, message=error.message, request_id=error.request_id)
+
 
 ServerFrame = SynthesisStart | SynthesisComplete | Pong | ErrorFrame
 

@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from voicewire_tools.commands.demo import DEFAULT_PROMPT
+    from voicewire_tools.commands.demo import add_arguments as add_demo_arguments
     from voicewire_tools.commands.up import add_stack_arguments
 
     up = commands.add_parser(
@@ -113,24 +113,9 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     ask.add_argument("--speed", type=float)
 
     demo = commands.add_parser(
-        "demo", help="bidi against batch on the same prompt: first text, first audio, total"
+        "demo", help="voicewire's bidi against the seed's pipeline: first text, first audio, total"
     )
-    demo.add_argument("--prompt", default=DEFAULT_PROMPT)
-    demo.add_argument("--trials", type=int, default=5)
-    demo.add_argument("--json", help="also write the figures to this file")
-    demo.add_argument("--url", help="a running stack's WebSocket URL (default: start one)")
-    demo.add_argument("--out-dir", default="demo-audio", help="where each mode's audio goes")
-    demo.add_argument(
-        "--speech-link",
-        type=speech_links,
-        default=("sagemaker",),
-        metavar="LINK[,LINK]",
-        help="sagemaker (default), websocket, or both to compare them side by side: "
-        "sagemaker,websocket (its own stack only)",
-    )
-    add_stack_arguments(demo)
-    # Its own stack takes free ports, beside a running `up`.
-    demo.set_defaults(speech_port=0, runtime_port=0)
+    add_demo_arguments(demo)
 
     bench = commands.add_parser(
         "bench", help="the benchmarks: tables, JSON (--json) and pictures (--plot)"
@@ -179,16 +164,6 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     dependency_audit.add_arguments(audit)
 
 
-def speech_links(value: str) -> tuple[str, ...]:
-    links = tuple(link.strip() for link in value.split(",") if link.strip())
-    unknown = [link for link in links if link not in ("sagemaker", "websocket")]
-    if not links or unknown:
-        raise argparse.ArgumentTypeError(
-            f"expected sagemaker, websocket or both (comma-separated), not {value!r}"
-        )
-    return tuple(dict.fromkeys(links))
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     if args.command == "serve-speech":
@@ -226,8 +201,8 @@ def run_benchmark(args: argparse.Namespace) -> None:
                 f"voicewire bench {args.benchmark}: --mint-tickets mints connect tickets for the "
                 "deployed API that --url names"
             )
-        from voicewire_tools.commands.agent_infra import ticket_minter
         from voicewire_tools.commands.cdk_runner import InfraError
+        from voicewire_tools.deployed_tickets import ticket_minter
 
         try:  # a ticket per connection (each opens one), from the deployed secret, read now
             args.ticket_minter = ticket_minter(f"voicewire-bench-{args.benchmark}", required=True)

@@ -144,7 +144,7 @@ class BidiSession:
                 message = parse_client_message(raw, self.engine.voices)
             except ProtocolError as error:
                 logger.info("session %d: %s: %s", self.number, error.code, error.message)
-                self._answers.put_nowait(error.to_frame())
+                self._answers.put_nowait(ErrorFrame.of(error))
                 continue
             match message:
                 case SynthesisRequest():

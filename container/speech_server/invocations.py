@@ -43,7 +43,7 @@ _STATUS_FOR: dict[ErrorCode, int] = {
 
 def error_response(error: ProtocolError, status: int | None = None) -> JSONResponse:
     status = status or _STATUS_FOR.get(error.code, 400)
-    return JSONResponse(error.to_frame().model_dump(mode="json", exclude_none=True), status)
+    return JSONResponse(ErrorFrame.of(error).model_dump(mode="json", exclude_none=True), status)
 
 
 async def invocations(request: Request, synthesizer: Synthesizer) -> Response:

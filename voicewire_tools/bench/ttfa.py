@@ -3,17 +3,13 @@
     uv run voicewire bench ttfa [--trials 5] [--json PATH] [--plot PATH] [--url ws://...]
 
 On the local stack (started on free ports unless ``--url`` names one), with the same replayed LLM
-stream and the same engine, four modes, trials interleaved so that drift hits them alike:
-
-- ``seed_batch``: the seed's batch: the whole answer, then one synthesis request, without the
-  speech server's early first chunk;
-- ``seed_bidi``: the seed's bidi: its regex sentence splitter (``voicewire.seed_chunker``),
-  whole sentences, no early first chunk. The seed's container loop was strictly sequential
-  (receive, synthesize, send, receive the next); voicewire's server handles a session's requests
-  one after the other too, and with whole sentences and no early cut each request is one chunk,
-  so the only remaining difference is that voicewire's server reads the next request while it
-  synthesizes (the seed's read it after sending);
-- ``batch`` and ``bidi``: voicewire's.
+stream and the same engine, the four modes of ``voicewire_tools.compared_modes``, trials
+interleaved so that drift hits them alike. Where the seed's modes still differ from the seed's
+own code: the seed's container loop was strictly sequential (receive, synthesize, send,
+receive the next); voicewire's server handles a session's requests one after the other too, and
+with whole sentences and no early cut each request is one chunk, so the only remaining
+difference is that voicewire's server reads the next request while it synthesizes (the seed's
+read it after sending).
 
 Two answers: the seed's 267-character four-sentence one and the default one. Targets: ``bidi``
 at least 2x sooner to first audio than ``seed_bidi`` and at least 5x sooner than ``seed_batch``.
@@ -32,13 +28,8 @@ from typing import Any
 from voicewire.turn_client import ConnectionUrl, TurnResult, run_turn
 from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import turn_figures, write_json
+from voicewire_tools.compared_modes import MODES
 
-MODES = {  # name -> (the pipeline's baseline, the ask's mode)
-    "seed_batch": ("seed", "batch"),
-    "seed_bidi": ("seed", "bidi"),
-    "batch": ("voicewire", "batch"),
-    "bidi": ("voicewire", "bidi"),
-}
 ANSWERS = {  # the replayed recording each prompt selects (events/llm/README.md)
     "four_sentences": "Why does streaming make voice agents feel faster?",
     "default": "Tell me something about the weather.",
@@ -61,10 +52,9 @@ async def run_trials(url: ConnectionUrl, stack: Any, answers: list[str], trials:
     for trial in range(1, trials + 1):
         for answer in answers:
             for mode in modes:
-                baseline, ask_mode = MODES[mode]
                 if stack is not None:
-                    stack.use_baseline(baseline)
-                message = {"action": "ask", "prompt": ANSWERS[answer], "mode": ask_mode}
+                    stack.use_baseline(MODES[mode].baseline)
+                message = {"action": "ask", "prompt": ANSWERS[answer], "mode": MODES[mode].ask_mode}
                 result = await run_turn(url, message)
                 if result.status != "complete":
                     raise RuntimeError(f"{mode} ended {result.status}: {result.errors}")

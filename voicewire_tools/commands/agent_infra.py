@@ -29,11 +29,8 @@ import asyncio
 import json
 import secrets
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
-
-from botocore.exceptions import BotoCoreError
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
 from voicewire_tools.commands.account_readiness import (
@@ -43,6 +40,8 @@ from voicewire_tools.commands.account_readiness import (
     render,
 )
 from voicewire_tools.commands.cdk_runner import InfraError, check_account, check_node, run_cdk
+from voicewire_tools.commands.demo import add_arguments as add_demo_arguments
+from voicewire_tools.deployed_tickets import deployed_token, ticket_minter
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,12 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--ttl", type=int, default=120, help="seconds the ticket stays valid (at most 600)"
     )
     token.add_argument("--principal", default="agent-infra", help="who the token names")
-    demo = commands.add_parser("demo", help="bidi vs batch against a deployed API")
-    demo.add_argument("--url", required=True, help="the API's wss:// URL (the stage URL)")
-    demo.add_argument("--prompt", help="the question")
-    demo.add_argument("--trials", type=int, default=3)
-    demo.add_argument("--json", help="also write the figures to this file")
-    demo.add_argument("--out-dir", default="demo-audio", help="where each mode's audio goes")
+    demo = commands.add_parser("demo", help="voicewire demo's bidi vs batch on a deployed API")
+    add_demo_arguments(demo, own_stack=False)
     check = commands.add_parser(
         "check",
         help="check a deployed WebSocket API: audio frame type, first audio, bidi vs batch",
@@ -119,57 +114,6 @@ def ensure_token_secret(region: str) -> bool:
             Description="voicewire: the HMAC secret of connection tokens",
         )  # fmt: skip
         return True
-
-
-def deployed_secret() -> str:
-    import boto3
-    from botocore.exceptions import ClientError
-
-    try:
-        parameter = boto3.client("ssm").get_parameter(
-            Name=TOKEN_SECRET_PARAMETER, WithDecryption=True
-        )
-    except ClientError as error:
-        raise InfraError(
-            f"the token secret {TOKEN_SECRET_PARAMETER} cannot be read ({error}): deploy first "
-            "(agent-infra deploy), with credentials of the same account and region"
-        ) from None
-    return str(parameter["Parameter"]["Value"])
-
-
-def deployed_token(ttl: int, principal: str) -> str:
-    """One connect ticket, good for one connection within ``ttl`` seconds (at most 600)."""
-    from functions.auth_tokens import mint_token
-
-    return mint_token(deployed_secret(), principal, ttl)
-
-
-def ticket_minter(principal: str, required: bool = False) -> Callable[[], str | None]:
-    """A fresh connect ticket per call, from the deployed secret (read at the first call). An
-    API without tickets (the local stack) needs none: when the secret cannot be read (no
-    deployment, no credentials), it says so once and gives None, and connections go without.
-    required: the secret is read now, and InfraError says why it cannot be."""
-    from functions.auth_tokens import mint_token
-
-    secret: list[str | None] = [deployed_secret()] if required else []
-
-    def mint() -> str | None:
-        if not secret:
-            try:
-                secret.append(deployed_secret())
-            except (InfraError, BotoCoreError) as error:
-                print(f"connecting without a ticket: {error}", file=sys.stderr)
-                secret.append(None)
-        return mint_token(secret[0], principal) if secret[0] else None
-
-    return mint
-
-
-def with_token(url: str, token: str) -> str:
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    query.setdefault("token", token)
-    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
@@ -229,17 +173,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(deployed_token(args.ttl, args.principal))
             return
         if args.command == "demo":
-            from voicewire_tools.cli import build_parser as voicewire_parser
             from voicewire_tools.commands import demo
 
-            argv = ["demo", "--url", args.url, "--trials", str(args.trials)]
-            argv += ["--out-dir", args.out_dir]
-            argv += ["--prompt", args.prompt] if args.prompt else []
-            argv += ["--json", args.json] if args.json else []
-            demo_args = voicewire_parser().parse_args(argv)
             # A ticket per connection, minted from the secret (a URL with its own is kept).
-            demo_args.ticket_minter = ticket_minter("agent-infra-demo")
-            demo.run(demo_args)
+            args.ticket_minter = ticket_minter("agent-infra-demo")
+            demo.run(args)
             return
     except InfraError as error:
         sys.exit(f"agent-infra {args.command}: {error}")

@@ -23,7 +23,7 @@ from kokoro_onnx.config import MAX_PHONEME_LENGTH
 from kokoro_onnx.session import create_session
 from numpy.typing import NDArray
 
-from speech_server.engines import choose_default_voice
+from speech_server.engines.default_voice import choose_default_voice
 from speech_server.model_assets import ModelAssetError, bundled_model_path
 from speech_server.model_rewrite import fast_model_path
 from speech_server.official_voices import english_or_bundled_voices

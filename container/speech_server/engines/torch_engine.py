@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from speech_server.engines import choose_default_voice
+from speech_server.engines.default_voice import choose_default_voice
 from speech_server.gpu_check import find, require_cuda
 from speech_server.model_assets import ModelAssetError
 from speech_server.settings import EngineSettings
