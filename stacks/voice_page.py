@@ -3,7 +3,10 @@
     agent-infra deploy --with-page --bedrock-model-id ...    (or cdk deploy -c page=true)
 
 A private bucket holds ``web/`` as it is in the repository (no build step) and a ``config.json``
-of ``{"url": <the VoiceApi's wss:// URL>}``, which the page offers as its API. CloudFront
+of ``{"url": <the VoiceApi's wss:// URL>, "tickets": true}``, which the page offers as its API
+(``tickets``: connecting needs a connect ticket, so the page waits for one and says so; the
+local stack answers the same fields for its own API, ``voicewire_tools/local_stack/gateway.py``,
+and the page connects by itself there when no ticket is needed). CloudFront
 serves them over HTTPS only, reading the bucket through an origin access control (the bucket
 stays private), with the page's security headers (``voicewire_tools/page_headers.py``: the same
 Content-Security-Policy the local stack sends, under which the browser tests run). Each deploy
@@ -32,7 +35,7 @@ from stacks.voice_api import VoiceApi
 from voicewire_tools.page_headers import CONTENT_SECURITY_POLICY
 
 PAGE_FOLDER = ROOT / "web"
-CONFIG_FILE = "config.json"  # read by web/app.js: {"url": "wss://..."}
+CONFIG_FILE = "config.json"  # read by web/app.js: {"url": "wss://...", "tickets": true}
 
 
 class VoicePage(Stack):
@@ -117,8 +120,11 @@ class VoicePage(Stack):
             "Files",
             sources=[
                 s3_deployment.Source.asset(str(PAGE_FOLDER)),
-                # The API's URL is known at deploy time only: CDK fills it in then.
-                s3_deployment.Source.json_data(CONFIG_FILE, {"url": api.stage.url}),
+                # The API's URL is known at deploy time only: CDK fills it in then. Its
+                # $connect always has the ticket authorizer (stacks/voice_api.py).
+                s3_deployment.Source.json_data(
+                    CONFIG_FILE, {"url": api.stage.url, "tickets": True}
+                ),
             ],
             destination_bucket=self.content,
             prune=True,

@@ -1,6 +1,8 @@
 """The browser page (web/), driven in Debian's Chromium by Playwright against the local stack:
-connect, ask in bidi and in batch, hear the answer, see where the time goes; Stop and barge-in;
-what the page says about a bad URL, a dropped connection and a refused ticket.
+it connects by itself to the stack that served it (the stack's config.json says no ticket is
+needed), asks in bidi and in batch, hears the answer, sees where the time goes; Stop and
+barge-in; what the page says about a bad URL, a dropped connection, a ticket it needs and one
+refused.
 
 The replay LLM answers "Hello, who are you?" with its short recording (two sentences) and
 "Tell me a story" with its default one (about 4 s of text), so each turn costs little speech on
@@ -64,6 +66,41 @@ async def chromium_page(errors: list[str]) -> AsyncIterator[object]:
             await browser.close()
 
 
+def watch_loads(page) -> list[str]:
+    """What went wrong loading, as a browser's console would show it: console errors, requests
+    that failed, answers of 400 and over (a 404 for config.json was one on every load)."""
+    problems: list[str] = []
+    page.on(
+        "console",
+        lambda message: (
+            problems.append(f"console: {message.text}") if message.type == "error" else None
+        ),
+    )
+    page.on("requestfailed", lambda request: problems.append(f"failed: {request.url}"))
+    page.on(
+        "response",
+        lambda response: (
+            problems.append(f"{response.status}: {response.url}")
+            if response.status >= 400
+            else None
+        ),
+    )
+    return problems
+
+
+# Every state the status line takes, in order, from the page's first moment: an init script
+# runs outside the page's Content-Security-Policy.
+RECORD_STATES = """
+    window.statesSeen = [];
+    new MutationObserver(() => {
+        const status = document.getElementById('status');
+        if (status && status.dataset.state !== window.statesSeen.at(-1)) {
+            window.statesSeen.push(status.dataset.state);
+        }
+    }).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-state']});
+"""
+
+
 async def until(page, expression: str, within_ms: float = 30_000) -> None:
     """Until a JavaScript expression is true. As a function, not a string to evaluate: the
     page's Content-Security-Policy forbids eval, and Playwright would eval a bare string."""
@@ -92,14 +129,19 @@ async def wait_turn(page, row: int, status: str = "complete") -> None:
     )
 
 
-async def test_the_page_asks_in_bidi_and_batch_and_shows_where_the_time_goes(stack):
+async def test_the_page_connects_by_itself_asks_in_bidi_and_batch_and_shows_the_time(stack):
     errors: list[str] = []
     async with chromium_page(errors) as page:
+        problems = watch_loads(page)
+        await page.add_init_script(RECORD_STATES)
         await page.goto(f"{stack.base_url}/")
-        assert await page.input_value("#url") == stack.ws_url  # defaults to its own /ws
-        await connect(page)
+        # Nobody presses Connect: the stack's config.json says it needs no ticket.
         await wait_open(page)
-        assert await page.inner_text("#status") == "open"
+        assert await page.input_value("#url") == stack.ws_url  # its own /ws
+        assert await page.inner_text("#status") == f"connected to {stack.ws_url}"
+        assert await page.evaluate("window.statesSeen") == ["connecting", "open"]
+        assert await page.is_enabled("#ask") and await page.is_enabled("#disconnect")
+        assert await page.is_visible("#connection-form")  # still there, for another URL
         # The page asks for the voices on connect and offers them, the default selected.
         await until(page, "document.querySelectorAll('#voice option').length > 50")
         assert await page.input_value("#voice") == "af_heart"
@@ -147,14 +189,14 @@ async def test_the_page_asks_in_bidi_and_batch_and_shows_where_the_time_goes(sta
         SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert errors == []
+    assert problems == []  # config.json included: answered, and read without an error
 
 
 async def test_stop_silences_the_turn_at_once_and_a_new_ask_barges_in(stack):
     errors: list[str] = []
     async with chromium_page(errors) as page:
         await page.goto(f"{stack.base_url}/")
-        await connect(page)
-        await wait_open(page)
+        await wait_open(page)  # by itself
         await page.fill("#prompt", "Tell me a story")  # the long default answer
         await page.click("#ask")
         await until(page, "window.voicewireStats.secondsScheduled > 0", within_ms=TURN)
@@ -263,7 +305,19 @@ async def test_a_ticketed_stack_refuses_the_page_without_a_ticket_and_says_why()
     errors: list[str] = []
     try:
         async with chromium_page(errors) as page:
+            problems = watch_loads(page)
             await page.goto(f"{local.base_url}/")
+            # Its config.json says a ticket is needed: the page does not knock without one, it
+            # says where to mint one.
+            await until(page, "document.getElementById('status').textContent.includes('ticket')")
+            status = await page.inner_text("#status")
+            assert status.startswith("not connected: this API needs a connect ticket")
+            assert f"POST {local.base_url}/tickets" in status and "paste it in Ticket" in status
+            await asyncio.sleep(1.0)
+            assert await page.evaluate(STATE) == "idle"  # no attempt: it would say connecting
+            assert await page.is_disabled("#ask")
+            assert problems == []
+
             await connect(page)
             await until(page, f"{STATE} === 'error'")
             status = await page.inner_text("#status")
@@ -301,8 +355,7 @@ async def test_the_page_reads_at_phone_width_and_every_control_is_labelled_and_r
         assert order[:5] == ["skip", "url", "token", "base64", "connect"]
         ring = await page.evaluate("getComputedStyle(document.activeElement).outlineStyle")
         assert ring == "solid"
-        await connect(page)
-        await wait_open(page)
+        await wait_open(page)  # by itself, while the keyboard went round
         await page.fill("#prompt", "Hello, who are you?")
         await page.press("#prompt", "Enter")
         await wait_turn(page, 1)
@@ -344,6 +397,10 @@ async def test_any_static_host_serves_the_page_and_its_config_names_the_api(stac
             await until(
                 page, f"document.getElementById('url').value === {json.dumps(stack.ws_url)}"
             )
+            # A config.json with no "tickets" does not say whether a ticket is needed: the
+            # page waits for Connect, as before there was one.
+            await asyncio.sleep(0.5)
+            assert await page.evaluate(STATE) == "idle"
             await connect(page)
             await wait_open(page)
             await page.fill("#prompt", "Hi there.")

@@ -20,6 +20,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from polling import until
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 from websockets.asyncio.client import connect
 from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -101,7 +103,10 @@ class LocalGateway:
 
 
 def start_gateway(
-    functions: Recorder, post_frames: PostFrames = "binary", authorizer: bool = False
+    functions: Recorder,
+    post_frames: PostFrames = "binary",
+    authorizer: bool = False,
+    extra_routes: list[Route] | None = None,
 ) -> LocalGateway:
     gateway = Gateway(
         GatewayFunctions(
@@ -111,6 +116,7 @@ def start_gateway(
             authorizer=functions.authorizer if authorizer else None,
         ),
         post_frames=post_frames,
+        extra_routes=extra_routes,
     )
     sock = bind_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
@@ -295,6 +301,55 @@ async def test_one_port_serves_the_http_routes_and_only_ws_upgrades(local):
             pass
     assert elsewhere.value.response.status_code == 404
     assert local.functions.events["connect"] == []
+
+
+async def test_the_pages_config_names_this_gateways_ws_url_as_the_browser_reached_it(local):
+    # The page fetches config.json beside itself on every load: answered, never cached, and
+    # the URL is the one the browser used (its Host header), not the address bound.
+    async with httpx.AsyncClient() as client:
+        plain = await client.get(f"{local.base_url}/config.json")
+        forwarded = await client.get(
+            f"{local.base_url}/config.json", headers={"Host": "voice.example:9443"}
+        )
+        # Behind a TLS proxy on this machine (uvicorn trusts 127.0.0.1's X-Forwarded-Proto).
+        proxied = await client.get(
+            f"{local.base_url}/config.json",
+            headers={"Host": "voice.example", "X-Forwarded-Proto": "https"},
+        )
+    assert plain.status_code == 200
+    assert plain.headers["content-type"] == "application/json"
+    assert plain.headers["cache-control"] == "no-store"
+    assert plain.headers["x-content-type-options"] == "nosniff"
+    assert plain.json() == {"url": local.ws_url, "tickets": False}
+    assert forwarded.json() == {"url": "ws://voice.example:9443/ws", "tickets": False}
+    assert proxied.json() == {"url": "wss://voice.example/ws", "tickets": False}
+    # The URL works: a client that takes it from config.json connects.
+    async with connect(plain.json()["url"]):
+        pass
+    assert len(local.functions.events["connect"]) == 1
+
+
+async def test_the_pages_config_says_when_connecting_needs_a_ticket_and_where_to_mint_one():
+    guarded = start_gateway(Recorder(), authorizer=True)
+    minting = start_gateway(
+        Recorder(),
+        authorizer=True,
+        extra_routes=[Route("/tickets", lambda request: PlainTextResponse(""), methods=["POST"])],
+    )
+    try:
+        async with httpx.AsyncClient() as client:
+            ticketed = await client.get(f"{guarded.base_url}/config.json")
+            minted = await client.get(f"{minting.base_url}/config.json")
+    finally:
+        guarded.running.stop()
+        minting.running.stop()
+    assert ticketed.status_code == 200 and ticketed.headers["cache-control"] == "no-store"
+    assert ticketed.json() == {"url": guarded.ws_url, "tickets": True}
+    assert minted.json() == {
+        "url": minting.ws_url,
+        "tickets": True,
+        "ticket_url": f"{minting.base_url}/tickets",
+    }
 
 
 async def test_stopping_the_gateway_closes_its_connections_with_1001():

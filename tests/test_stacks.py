@@ -768,8 +768,8 @@ def test_the_page_is_web_as_it_is_with_a_config_naming_the_apis_url(page, assemb
     assert sorted(p.name for p in asset.iterdir()) == sorted(
         p.name for p in (ROOT / "web").iterdir()
     )
-    # The second is config.json, {"url": ...}: CDK puts the API's URL in at deploy time, where
-    # its marker stands, as a JSON string.
+    # The second is config.json, {"url": ..., "tickets": true}: CDK puts the API's URL in at
+    # deploy time, where its marker stands, as a JSON string; the API takes connect tickets.
     config_asset = Path(assembly.directory) / f"asset.{config.removesuffix('.zip')}"
     written = (config_asset / "config.json").read_text()
     ((marker, value),) = properties["SourceMarkers"][1].items()
@@ -778,4 +778,4 @@ def test_the_page_is_web_as_it_is_with_a_config_naming_the_apis_url(page, assemb
     assert parts[0] == '"wss://' and parts[-1] == '/prod"'
     assert "VoiceApi:ExportsOutputRef" in json.dumps(parts)
     url = "wss://abc123.execute-api.eu-west-1.amazonaws.com/prod"
-    assert json.loads(written.replace(marker, json.dumps(url))) == {"url": url}
+    assert json.loads(written.replace(marker, json.dumps(url))) == {"url": url, "tickets": True}

@@ -221,6 +221,9 @@ def run_benchmark(args: argparse.Namespace) -> None:
 
 
 def serve_speech(args: argparse.Namespace) -> None:
+    from speech_server.process_exit import finish, stop_outside_serving
+
+    stop_outside_serving()  # a Ctrl-C during the imports below: one line, no traceback
     from speech_server.server import PortInUseError, serve
     from speech_server.settings import EngineSettings
 
@@ -236,9 +239,11 @@ def serve_speech(args: argparse.Namespace) -> None:
         )
         serve(args.host, args.port, settings, args.log_level)
     except (PortInUseError, ValueError) as error:
+        finish(1)
         sys.exit(f"voicewire serve-speech: {error}")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second Ctrl-C: uvicorn raises it again once it has stopped
         pass
+    finish()
 
 
 if __name__ == "__main__":

@@ -47,14 +47,21 @@ function loadSettings() {
   $("url").value = given || derivedUrl();
   $("token").value = hash.get("token") || "";
   $("base64").checked = hash.get("audio") === "base64";
-  if (!given) offerHostsUrl();
+  readHostsConfig(given);
 }
 
-/** A host that knows its API (the VoicePage stack) puts {"url": "wss://..."} in config.json
- * beside the page: offer that URL, unless the person has typed one meanwhile. The local stack
- * has none (404): the page's own /ws stays. */
-async function offerHostsUrl() {
-  const derived = $("url").value;
+/** What the host that served the page says of its API, in config.json beside the page:
+ * {"url": "ws(s)://...", "tickets": true | false, "ticket_url": "..."}. The local stack answers
+ * it (voicewire_tools/local_stack/gateway.py), the VoicePage stack writes one; a plain static
+ * host has none (then the page's own /ws stays, and nothing happens by itself).
+ * url: the API, offered unless the person gave one (in the address or local storage).
+ * tickets: false, connecting needs no ticket, so the page connects at once, unless the person
+ *   chose another API; true, it needs one, which the page cannot mint: it says so and waits;
+ *   missing (an older config.json), unknown: it waits for Connect, as a ticketed API needs.
+ * ticket_url: where a ticket is minted (POST, with an API key), where the host mints them.
+ * Nothing happens if the person acted while it was fetched (typed a URL, pressed Connect). */
+async function readHostsConfig(given) {
+  const before = $("url").value;
   let config;
   try {
     const response = await fetch("config.json", { cache: "no-store" });
@@ -63,9 +70,31 @@ async function offerHostsUrl() {
   } catch {
     return; // no config, or not JSON: nothing to offer
   }
-  if (typeof config?.url === "string" && config.url && $("url").value === derived) {
-    $("url").value = config.url;
+  const url = typeof config?.url === "string" ? config.url : "";
+  if (!url || $("url").value !== before || $("status").dataset.state !== "idle") return;
+  if (!given) $("url").value = url;
+  if (given && given !== url) return; // the person chose another API: theirs to connect to
+  if (config.tickets === false) {
+    connectNow();
+  } else if (config.tickets === true) {
+    showState({ state: "idle", text: `not connected: ${ticketNeeded(config.ticket_url)}` });
   }
+}
+
+/** What to do to connect to an API that needs a connect ticket. */
+function ticketNeeded(ticketUrl) {
+  if ($("token").value.trim()) {
+    return "this API needs a connect ticket: press Connect to use the one in Ticket.";
+  }
+  const where =
+    typeof ticketUrl === "string" && ticketUrl
+      ? `mint one with POST ${ticketUrl} and the API key (the "tickets" line that ` +
+        "voicewire up printed)"
+      : "get one from the application's backend (or agent-infra token)";
+  return (
+    `this API needs a connect ticket: ${where}, paste it in Ticket and press Connect ` +
+    "(each ticket opens one connection within 2 minutes)."
+  );
 }
 
 function saveSettings() {
@@ -627,12 +656,17 @@ function tick(now) {
 
 // --- wiring --------------------------------------------------------------------------------
 
-loadSettings();
-$("connection-form").addEventListener("submit", (event) => {
-  event.preventDefault();
+/** Connect (again) with what the form says: Connect pressed, or the host needs no ticket. */
+function connectNow() {
   if (deliversText(settings().url)) $("base64").checked = true; // learned here before
   saveSettings();
   link.connect();
+}
+
+loadSettings();
+$("connection-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  connectNow();
 });
 $("disconnect").addEventListener("click", () => {
   link.close();

@@ -217,7 +217,7 @@ export class Link {
       opened = true;
       this.tries = 0;
       if (ticket) this.usedTickets.add(ticket);
-      this.say("open", "open");
+      this.say("open", `connected to ${shownUrl(href)}`);
       this.onOpen();
     };
     socket.onmessage = (event) => {

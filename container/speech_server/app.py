@@ -36,6 +36,7 @@ from speech_server.load_metrics import (
     MetricsTarget,
     cloudwatch_publisher,
 )
+from speech_server.process_exit import MODEL_LOAD_THREAD
 from speech_server.synthesis import Synthesizer
 from voicewire.speech_protocol import ErrorCode, ProtocolError
 from voicewire.voice_catalog import describe_voices
@@ -84,7 +85,7 @@ def create_app(
             load()
             loop.call_soon_threadsafe(slot.loaded.set)  # type: ignore[union-attr]
 
-        threading.Thread(target=load_then_signal, name="model-load", daemon=True).start()
+        threading.Thread(target=load_then_signal, name=MODEL_LOAD_THREAD, daemon=True).start()
         reporting = None
         if metrics is not None:
             reporter = LoadReporter(gauge, metrics, cloudwatch_publisher(metrics))

@@ -21,6 +21,7 @@ from speech_server.drain import DRAIN_SECONDS, Drain, DrainGate
 from speech_server.engines import check_device, load_engine
 from speech_server.gpu_check import GpuUnavailable
 from speech_server.load_metrics import MetricsTarget
+from speech_server.process_exit import end_by_signal_after_serving, finish, stop_with_parent
 from speech_server.settings import EngineSettings
 
 logger = logging.getLogger("speech_server")
@@ -130,6 +131,8 @@ def serve(host: str, port: int, settings: EngineSettings, log_level: str = "info
         port,
         settings.engine,
     )
+    stop_with_parent()
+    end_by_signal_after_serving()  # uvicorn saves these and puts them back when it stops
     DrainingServer(config, drain).run(sockets=[sock])
 
 
@@ -145,6 +148,9 @@ def main() -> None:
             os.environ.get("VOICEWIRE_LOG_LEVEL", "info"),
         )
     except (PortInUseError, GpuUnavailable, ValueError) as error:
+        finish(1)
         sys.exit(f"speech server: {error}")
     except KeyboardInterrupt:  # a second SIGINT: uvicorn raises it again once it has stopped
+        finish(130)
         sys.exit(130)
+    finish()

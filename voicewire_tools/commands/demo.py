@@ -30,6 +30,7 @@ from typing import Any
 from voicewire.turn_client import ConnectionUrl, TurnResult, run_turn
 from voicewire_tools.commands.deployment_check import with_query
 from voicewire_tools.compared_modes import MODES, SEED_MODES, parse_modes
+from voicewire_tools.stop_signals import stop_on_signals, stopping
 
 DEFAULT_PROMPT = "Why does streaming make voice agents feel faster?"
 OWN_STACK_MODES = ("bidi", "seed_bidi", "seed_batch")
@@ -136,6 +137,7 @@ def target(url: str | None, args: argparse.Namespace) -> Iterator[tuple[str, Any
     try:
         yield stack.ws_url, stack
     finally:
+        stopping()  # under stop_on_signals, a second Ctrl-C now ends the process at once
         stack.stop()
 
 
@@ -237,12 +239,15 @@ def run(args: argparse.Namespace) -> None:
         sys.exit(f"voicewire demo: {error}")
     announce(args, modes, links)
     try:
-        with target(args.url, args) as (url, stack):
+        with stop_on_signals("voicewire demo"), target(args.url, args) as (url, stack):
             where = f"speech link {', '.join(links)}" if stack is not None else url
             print(f"prompt: {args.prompt!r} ({where})", flush=True)
             urls = ticketed(url, getattr(args, "ticket_minter", None))  # agent-infra demo's
             results = asyncio.run(run_trials(urls, args.prompt, args.trials, links, stack, modes))
             link_costs = _measure_links(stack, links) if len(links) > 1 else []
+    except KeyboardInterrupt:
+        print("\nvoicewire demo: stopped", file=sys.stderr, flush=True)
+        sys.exit(130)
     except Exception as error:
         sys.exit(f"voicewire demo: {error}")
     # The first link's figures at the top level (the single-link report); every link's under

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 import threading
+from typing import Any
 
 from speech_server.server import PortInUseError
 from speech_server.settings import EngineSettings
+from voicewire_tools.stop_signals import stop_on_signals, stopping
 
 
 def quiet_lambda_output(verbose: bool) -> None:
@@ -114,31 +115,32 @@ def _speech_line(stack: object) -> str:
     )
 
 
-def _stop_on_sigterm() -> None:
-    """``kill`` (or a supervisor) stops the stack as cleanly as Ctrl-C does: the speech server
-    is a child process and must not be left behind."""
-
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-
-
 def run(args: argparse.Namespace) -> None:
     quiet_lambda_output(args.verbose)
-    _stop_on_sigterm()
     from voicewire_tools.local_stack.stack import LocalStack
 
-    stack = LocalStack(
-        stack_options(args, args.port), progress=lambda line: print(line, flush=True)
-    )
-    try:
-        stack.start()
-    except PortInUseError as error:
-        sys.exit(f"voicewire up: {error}")
-    except KeyboardInterrupt:
-        stack.stop()
-        return
+    with stop_on_signals("voicewire up"):
+        stack = LocalStack(
+            stack_options(args, args.port), progress=lambda line: print(line, flush=True)
+        )
+        try:
+            stack.start()  # on any failure, what it had started is stopped
+        except PortInUseError as error:
+            sys.exit(f"voicewire up: {error}")
+        except KeyboardInterrupt:
+            print("\nstopped while starting", flush=True)
+            return
+        try:
+            _print_addresses(stack)
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            print("\nstopping...", flush=True)
+        finally:
+            stopping()
+            stack.stop()
+
+
+def _print_addresses(stack: Any) -> None:
     options = stack.options
     llm = (
         f"Bedrock {options.bedrock_model_id}"
@@ -165,9 +167,3 @@ def run(args: argparse.Namespace) -> None:
         "Ctrl-C stops everything.",
         flush=True,
     )
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        print("\nstopping...", flush=True)
-    finally:
-        stack.stop()

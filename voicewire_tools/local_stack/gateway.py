@@ -18,6 +18,9 @@ the ``@connections`` management API, so the functions' boto3 code runs unchanged
   fallback is for. ``GET`` returns the connection's info, ``DELETE`` closes it.
 - ``GET /``: the browser page (``web/index.html``); ``GET /{name}`` the files it loads from its
   own folder (``app.js``, ``style.css``, ...), nothing else: a static host's view of ``web/``.
+  ``GET /config.json``: what the page needs to know of the API that served it, as the VoicePage
+  stack's ``config.json`` tells a deployed page (``Gateway.config``): its ``url`` and whether
+  connecting needs a connect ``tickets``; the page connects by itself where none is needed.
 
 Frames are judged as frames. An ASGI server hands an application whole reassembled messages,
 which cannot tell one 120 KB frame (refused) from four 30 KB ones (accepted). So uvicorn serves
@@ -99,6 +102,8 @@ Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
 # The page's own files, by name: one folder deep, no dot files, only what a page loads.
 PAGE_ASSET = re.compile(r"[a-z][a-z0-9_-]*\.(?:js|css|svg|png|ico)")
+PAGE_CONFIG = "/config.json"  # fetched by web/app.js, relative to the page
+TICKETS_PATH = "/tickets"  # the local stack's ticket mint (POST), a route it adds with tokens on
 
 
 @dataclass
@@ -280,6 +285,7 @@ class Gateway:
         return Starlette(
             routes=[
                 Route("/", self.index, methods=["GET"]),
+                Route(PAGE_CONFIG, self.config, methods=["GET"]),
                 Route(
                     "/@connections/{connection_id}",
                     self.management,
@@ -314,6 +320,35 @@ class Gateway:
         if self.page is None or not self.page.is_file():
             return PlainTextResponse("voicewire local stack: WebSocket at /ws\n")
         return FileResponse(self.page, headers=SECURITY_HEADERS)
+
+    async def config(self, request: Request) -> Response:
+        """The page's ``config.json``, the same fields as a deployed page's (``stacks/
+        voice_page.py``): ``url``, this stack's WebSocket URL as the browser reached it (its
+        ``Host`` header and scheme, so ``--host 0.0.0.0``, another machine or a forwarded port
+        get the address they used, not 127.0.0.1); ``tickets``, whether connecting needs a
+        connect ticket (the authorizer runs: ``--tokens``); ``ticket_url``, where one is minted
+        (POST, with the API key ``voicewire up`` prints), when this stack mints them.
+
+        Why answer it at all: the page fetches it on every load, and a 404 was an error line in
+        every browser console; and only the host knows whether a ticket is needed, which the
+        page must know to connect by itself (without one) or to say that one is needed. Never
+        cached (``no-store``): a stack restarted with ``--tokens``, or on another port, must be
+        what the next load reads."""
+        host = request.headers.get("host") or request.url.netloc
+        secure = request.url.scheme in ("https", "wss")
+        body: dict[str, Any] = {
+            "url": f"{'wss' if secure else 'ws'}://{host}{WS_PATH}",
+            "tickets": self.functions.authorizer is not None,
+        }
+        if body["tickets"] and self._mints_tickets():
+            body["ticket_url"] = f"{'https' if secure else 'http'}://{host}{TICKETS_PATH}"
+        return JSONResponse(body, headers={**SECURITY_HEADERS, "cache-control": "no-store"})
+
+    def _mints_tickets(self) -> bool:
+        return any(
+            isinstance(route, Route) and route.path == TICKETS_PATH and "POST" in route.methods
+            for route in self.extra_routes
+        )
 
     async def asset(self, request: Request) -> Response:
         """A file next to the page (its scripts and style), as a static host would serve it."""

@@ -307,6 +307,10 @@ class Http2Server:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             await _Connection(reader, writer, self.handler).run()
+        except asyncio.CancelledError:
+            # The server is stopping and cut this connection short: that is its end, not an
+            # error (asyncio's stream callback would print the cancellation as a traceback).
+            writer.close()
         finally:
             self._connections.discard(task)
 

@@ -590,6 +590,12 @@ class RunningRuntime:
             self._started.set()
             await self._stopping.wait()
             await self._server.stop()
+            # What a connection cut short left running (its streams' handlers): ended here, as
+            # asyncio.run ends its tasks, not destroyed pending when the loop closes.
+            rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
 
         self._loop.run_until_complete(serve())
         self._loop.close()

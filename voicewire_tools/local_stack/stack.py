@@ -26,7 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from speech_server.server import bind_socket
+from speech_server.process_exit import PARENT_ENV
+from speech_server.server import DRAIN_SECONDS_ENV, bind_socket
 from speech_server.settings import EngineSettings
 from voicewire_tools.local_stack.gateway import PostFrames
 from voicewire_tools.local_stack.sigv4_verifier import AccessKey, SigV4Verifier
@@ -37,6 +38,9 @@ REGION = "us-east-1"
 TABLE_NAME = "voicewire-sessions"
 WORKER_FUNCTION = "voicewire-worker"
 ENDPOINT_NAME = "kokoro-82m"  # the SageMaker endpoint the local runtime serves
+# The speech server's drain when the stack stops it (25 s on SageMaker): by then the stack has
+# ended its turns, so what is left is a session closing; Ctrl-C must not wait for more.
+SPEECH_DRAIN_SECONDS = 3.0
 PAGE = Path(__file__).resolve().parents[2] / "web" / "index.html"
 # For moto's DynamoDB and the gateway's @connections API. The SageMaker runtime checks
 # signatures as AWS does, with the key each stack issues (``LocalStack.credentials``).
@@ -369,12 +373,17 @@ class LocalStack:
             if value is not None:
                 env[name] = str(value)
         reserved.close()  # the port was held only to report a busy one early; the child binds it
+        # Its own session: a terminal's Ctrl-C reaches the stack alone, which stops the server
+        # after the turns that use it; and the server stops by itself if the stack is killed.
+        env[PARENT_ENV] = str(os.getpid())
+        env[DRAIN_SECONDS_ENV] = str(SPEECH_DRAIN_SECONDS)
         self._speech_process = subprocess.Popen(
             [sys.executable, "-m", "speech_server", "serve"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
         threading.Thread(target=self._relay_speech_log, daemon=True).start()
 
@@ -436,14 +445,18 @@ class LocalStack:
         raise RuntimeError("the speech server did not become ready in 5 minutes")
 
     def stop(self) -> None:
+        """Stop everything, in an order that ends quickly at any moment (a turn speaking, the
+        model loading): the gateway first, which closes its clients' connections, so that their
+        turns are cancelled (``$disconnect``) and the workers end within a poll instead of
+        speaking to nobody; then the functions, the speech link, DynamoDB, the speech server."""
         from functions.wiring import use_adapters
 
-        if self.functions is not None:
-            self.functions.wait(10)
-        self._drop_kept_sessions()
         for server in reversed(self._servers):
             server.stop()
         self._servers.clear()
+        if self.functions is not None:
+            self.functions.wait(10)
+        self._drop_kept_sessions()
         if self._runtime is not None:
             self._runtime.stop()
             self._runtime = None
@@ -451,15 +464,25 @@ class LocalStack:
             shutil.rmtree(self._tls_dir, ignore_errors=True)
             self._tls_dir = None
         if self._moto is not None:
-            self._moto.stop()
+            _stop_moto(self._moto)
             self._moto = None
         if self._speech_process is not None:
-            self._speech_process.terminate()
+            self._speech_process.terminate()  # it drains: at most SPEECH_DRAIN_SECONDS
             try:
-                self._speech_process.wait(15)
+                self._speech_process.wait(SPEECH_DRAIN_SECONDS + 5)
             except subprocess.TimeoutExpired:
                 self._speech_process.kill()
+                self._speech_process.wait()
             self._speech_process = None
         use_adapters(self._previous_adapters)
         self._previous_adapters = None
         self.adapters = None
+
+
+def _stop_moto(moto: Any, seconds: float = 5.0) -> None:
+    """moto's ``ThreadedMotoServer.stop`` waits without a bound (``socketserver.shutdown``, then
+    a join), and hangs for good when its serving thread never reached its loop (a stop that
+    comes during its start): bounded here; its thread is a daemon, gone with the process."""
+    stopping = threading.Thread(target=moto.stop, name="moto-stop", daemon=True)
+    stopping.start()
+    stopping.join(seconds)
