@@ -29,7 +29,7 @@ from starlette.routing import Route
 from speech_server.process_exit import PARENT_ENV
 from speech_server.server import DRAIN_SECONDS_ENV, bind_socket
 from speech_server.settings import EngineSettings
-from voicewire_tools.local_stack.gateway import PostFrames
+from voicewire_tools.local_stack.gateway import TICKETS_PATH, PostFrames
 from voicewire_tools.local_stack.sigv4_verifier import AccessKey, SigV4Verifier
 
 logger = logging.getLogger(__name__)
@@ -268,7 +268,7 @@ class LocalStack:
             post_faults=PostFaults(latency_seconds=options.post_latency_ms / 1000),
             post_frames=options.post_frames,
             extra_routes=(
-                [Route("/tickets", self.mint_ticket, methods=["POST"])] if options.tokens else []
+                [Route(TICKETS_PATH, self.mint_ticket, methods=["POST"])] if options.tokens else []
             ),
         )
         self.gateway = gateway
