@@ -1,96 +1,43 @@
-"""The functions' configuration, from the environment the CDK stack (or the local stack) sets."""
+"""The functions' configuration, validated: from the environment the CDK stack sets (``from_env``,
+in Lambda) or from values (the local stack, ``voicewire replay``, tests).
+
+A pydantic model rather than a plain dataclass, so that a mistyped LLM kind, an empty model id or
+a negative limit stops the function at its first invocation with one sentence naming the
+variable, instead of passing silently until a turn fails. Each field's alias is its environment
+variable. pydantic-settings is not used: it reads the environment on *every* construction, and
+the local stack and the tests build settings from values that the environment must not change.
+"""
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, Self
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from voicewire.client_protocol import AudioDelivery
 
-
-@dataclass(frozen=True)
-class Settings:
-    table_name: str
-    worker_function: str
-    speech_target: str  # a ws:// URL (local) or a SageMaker endpoint name
-    llm: str  # "bedrock" or "replay"
-    bedrock_model_id: str
-    token_secret_parameter: str | None  # SSM parameter (SecureString) holding the HMAC secret
-    callback_url: str | None  # @connections endpoint; default: from the event's domain and stage
-    voices: frozenset[str] | None  # known voices, for validating requests early
-    system_prompt: str
-    # Keep a speech session open between turns of one execution environment (see
-    # functions/adapters/speech_sessions.py for when a kept session is trusted again).
-    speech_session_reuse: bool = True
-    speech_session_max_idle_seconds: float = 55.0
-    # Bedrock's inferenceConfig.maxTokens: a spoken answer of a few sentences needs ~100-300
-    # tokens; the limit bounds the tokens-per-minute quota each request reserves, the batch
-    # answer's size and the history (see functions/adapters/llm.py).
-    max_output_tokens: int = 512
-    region: str | None = None  # for the @connections URL when no callback URL is configured
-    # "seed": the seed article's pipeline (its regex sentence splitter, whole sentences, no early
-    # first chunk), a baseline for ``voicewire bench ttfa`` on the local stack; never deployed.
-    baseline: str = "voicewire"
-    # A stalled speech server: the longest wait for a sentence's next speech event (its start,
-    # first audio, next audio, end) before the turn fails with ``speech_failed``. Above the
-    # slowest legitimate chunk: a 320-character chunk decoded whole took ~20 s on 2 loaded CPU
-    # cores (the local stack); a GPU endpoint takes well under a second.
-    speech_chunk_timeout_seconds: float = 30.0
-    # Per-connection limits (docs/security.md). Browser origins allowed to connect (None: any);
-    # a connection without an Origin header (not a browser) is held by its ticket alone.
-    allowed_origins: frozenset[str] | None = None
-    # Turns a connection may start per clock minute: a person asks a few; a script that floods
-    # ``ask`` would otherwise start an LLM stream and a synthesis per message.
-    max_turns_per_minute: int = 30
-    # Audio one turn may send: ~4,000 characters of ``speak`` text last about 4-5 minutes.
-    max_speech_seconds_per_turn: float = 360.0
-    # How audio reaches a connection that does not ask (``?audio=``): binary frames where that
-    # is proven (the local stack; a deployment ``agent-infra check`` found to carry them), else
-    # base64 text frames, which every client accepts (the stack's default: AWS documents no
-    # frame type for @connections posts).
-    audio_delivery: AudioDelivery = "binary"
-
-    @classmethod
-    def from_env(cls) -> Settings:
-        env = os.environ
-        voices = env.get("VOICEWIRE_VOICES", "")
-        return cls(
-            table_name=env.get("VOICEWIRE_TABLE", "voicewire-sessions"),
-            worker_function=env.get("VOICEWIRE_WORKER_FUNCTION", "voicewire-worker"),
-            speech_target=env.get("VOICEWIRE_SPEECH_TARGET", "kokoro-82m"),
-            llm=env.get("VOICEWIRE_LLM", "bedrock"),
-            bedrock_model_id=env.get("VOICEWIRE_BEDROCK_MODEL_ID", ""),
-            token_secret_parameter=env.get("VOICEWIRE_TOKEN_SECRET_PARAMETER") or None,
-            callback_url=env.get("VOICEWIRE_CALLBACK_URL") or None,
-            voices=frozenset(v for v in voices.split(",") if v) or None,
-            system_prompt=env.get(
-                "VOICEWIRE_SYSTEM_PROMPT",
-                "You are a helpful voice assistant. Answer in short spoken sentences.",
-            ),
-            speech_session_reuse=env.get("VOICEWIRE_SPEECH_SESSION_REUSE", "true").lower()
-            not in ("0", "false", "no", "off"),
-            speech_session_max_idle_seconds=float(
-                env.get("VOICEWIRE_SPEECH_SESSION_MAX_IDLE_SECONDS", "55")
-            ),
-            max_output_tokens=int(env.get("VOICEWIRE_MAX_OUTPUT_TOKENS", "512")),
-            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
-            baseline=env.get("VOICEWIRE_BASELINE", "voicewire"),
-            allowed_origins=parse_origins(env.get("VOICEWIRE_ALLOWED_ORIGINS", "")),
-            max_turns_per_minute=int(env.get("VOICEWIRE_MAX_TURNS_PER_MINUTE", "30")),
-            max_speech_seconds_per_turn=float(
-                env.get("VOICEWIRE_MAX_SPEECH_SECONDS_PER_TURN", "360")
-            ),
-            speech_chunk_timeout_seconds=float(
-                env.get("VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS", "30")
-            ),
-            audio_delivery=audio_delivery(env.get("VOICEWIRE_AUDIO_DELIVERY", "binary")),
-        )
+LlmKind = Literal["bedrock", "replay"]
+Baseline = Literal["voicewire", "seed"]
+DEFAULT_SYSTEM_PROMPT = "You are a helpful voice assistant. Answer in short spoken sentences."
 
 
-def audio_delivery(value: str) -> AudioDelivery:
-    if value not in ("binary", "base64"):
-        raise ValueError(f"VOICEWIRE_AUDIO_DELIVERY must be 'binary' or 'base64', not {value!r}")
-    return value  # type: ignore[return-value]
+class SettingsError(ValueError):
+    """The environment holds a setting the functions cannot run with; the message names it."""
+
+
+def normalize_origin(origin: str) -> str:
+    """Origins compare case-insensitively and without a trailing slash (RFC 6454)."""
+    return origin.strip().rstrip("/").lower()
 
 
 def parse_origins(value: str) -> frozenset[str] | None:
@@ -100,6 +47,131 @@ def parse_origins(value: str) -> frozenset[str] | None:
     return origins or None
 
 
-def normalize_origin(origin: str) -> str:
-    """Origins compare case-insensitively and without a trailing slash (RFC 6454)."""
-    return origin.strip().rstrip("/").lower()
+def _comma_list(value: Any) -> Any:
+    """An environment variable's ``a,b,c`` as a set (None when empty); values pass as given."""
+    if isinstance(value, str):
+        return frozenset(part.strip() for part in value.split(",") if part.strip()) or None
+    return value
+
+
+def _origins(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_origins(value)
+    if isinstance(value, (set, frozenset, list, tuple)):
+        return frozenset(normalize_origin(origin) for origin in value) or None
+    return value
+
+
+def _empty_is_none(value: Any) -> Any:
+    return None if value == "" else value
+
+
+Name = Annotated[str, Field(min_length=1, pattern=r"^\S+$")]  # no blank, no whitespace
+NameOrNone = Annotated[Name | None, BeforeValidator(_empty_is_none)]  # "" is unset
+Voices = Annotated[frozenset[str] | None, BeforeValidator(_comma_list)]
+Origins = Annotated[frozenset[str] | None, BeforeValidator(_origins)]
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True
+    )
+
+    table_name: Name = Field("voicewire-sessions", alias="VOICEWIRE_TABLE")
+    worker_function: Name = Field("voicewire-worker", alias="VOICEWIRE_WORKER_FUNCTION")
+    # A ws:// URL (local) or a SageMaker endpoint name.
+    speech_target: Name = Field("kokoro-82m", alias="VOICEWIRE_SPEECH_TARGET")
+    llm: LlmKind = Field("bedrock", alias="VOICEWIRE_LLM")
+    # A Bedrock model or inference profile id (or ARN); needed when llm is "bedrock".
+    bedrock_model_id: str = Field("", alias="VOICEWIRE_BEDROCK_MODEL_ID", pattern=r"^\S*$")
+    # SSM parameter (SecureString) holding the HMAC secret of connect tickets; None: no tickets.
+    token_secret_parameter: NameOrNone = Field(None, alias="VOICEWIRE_TOKEN_SECRET_PARAMETER")
+    # The @connections endpoint; None: from the event's domain and stage.
+    callback_url: NameOrNone = Field(None, alias="VOICEWIRE_CALLBACK_URL")
+    # Known voices, for refusing a request for another one before any work; None: any.
+    voices: Voices = Field(None, alias="VOICEWIRE_VOICES")
+    system_prompt: str = Field(DEFAULT_SYSTEM_PROMPT, alias="VOICEWIRE_SYSTEM_PROMPT")
+    # Keep a speech session open between turns of one execution environment (see
+    # functions/adapters/speech_sessions.py for when a kept session is trusted again).
+    speech_session_reuse: bool = Field(True, alias="VOICEWIRE_SPEECH_SESSION_REUSE")
+    speech_session_max_idle_seconds: float = Field(
+        55.0, gt=0, alias="VOICEWIRE_SPEECH_SESSION_MAX_IDLE_SECONDS"
+    )
+    # Bedrock's inferenceConfig.maxTokens: a spoken answer of a few sentences needs ~100-300
+    # tokens; the limit bounds the tokens-per-minute quota each request reserves, the batch
+    # answer's size and the history (see functions/adapters/llm.py).
+    max_output_tokens: int = Field(512, ge=1, alias="VOICEWIRE_MAX_OUTPUT_TOKENS")
+    # For the @connections URL when no callback URL is configured (Lambda sets AWS_REGION).
+    region: NameOrNone = Field(None, validation_alias=AliasChoices("region", "AWS_REGION"))
+    # "seed": the seed article's pipeline (its regex sentence splitter, whole sentences, no early
+    # first chunk), a baseline for ``voicewire bench ttfa`` on the local stack; never deployed.
+    baseline: Baseline = Field("voicewire", alias="VOICEWIRE_BASELINE")
+    # A stalled speech server: the longest wait for a sentence's next speech event (its start,
+    # first audio, next audio, end) before the turn fails with ``speech_failed``. Above the
+    # slowest legitimate chunk: a 320-character chunk decoded whole took ~20 s on 2 loaded CPU
+    # cores (the local stack); a GPU endpoint takes well under a second.
+    speech_chunk_timeout_seconds: float = Field(
+        30.0, gt=0, alias="VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS"
+    )
+    # Per-connection limits (docs/security.md). Browser origins allowed to connect (None: any);
+    # a connection without an Origin header (not a browser) is held by its ticket alone.
+    allowed_origins: Origins = Field(None, alias="VOICEWIRE_ALLOWED_ORIGINS")
+    # Turns a connection may start per clock minute: a person asks a few; a script that floods
+    # ``ask`` would otherwise start an LLM stream and a synthesis per message.
+    max_turns_per_minute: int = Field(30, ge=1, alias="VOICEWIRE_MAX_TURNS_PER_MINUTE")
+    # Audio one turn may send: ~4,000 characters of ``speak`` text last about 4-5 minutes.
+    max_speech_seconds_per_turn: float = Field(
+        360.0, gt=0, alias="VOICEWIRE_MAX_SPEECH_SECONDS_PER_TURN"
+    )
+    # How audio reaches a connection that does not ask (``?audio=``): binary frames where that
+    # is proven (the local stack; a deployment ``agent-infra check`` found to carry them), else
+    # base64 text frames, which every client accepts (the stack's default: AWS documents no
+    # frame type for @connections posts).
+    audio_delivery: AudioDelivery = Field("binary", alias="VOICEWIRE_AUDIO_DELIVERY")
+
+    @model_validator(mode="after")
+    def _bedrock_needs_a_model(self) -> Self:
+        if self.llm == "bedrock" and not self.bedrock_model_id:
+            raise ValueError(
+                "VOICEWIRE_BEDROCK_MODEL_ID is empty: the bedrock LLM needs a model or "
+                "inference profile id (or VOICEWIRE_LLM=replay)"
+            )
+        return self
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
+        """The settings the environment gives (unset variables keep their defaults); raises
+        ``SettingsError`` naming every variable that is wrong."""
+        known = environment_variables()
+        given = {name: value for name, value in env.items() if name in known}
+        fallback = given.pop("AWS_DEFAULT_REGION", None)  # boto3's other name, read second
+        if fallback and not given.get("AWS_REGION"):
+            given["AWS_REGION"] = fallback
+        try:
+            return cls.model_validate(given)
+        except ValidationError as error:
+            raise SettingsError(_described(error, given)) from None
+
+    def changed(self, **values: Any) -> Settings:
+        """These settings with some fields changed, validated again (``model_copy`` is not)."""
+        return type(self).model_validate(self.model_dump() | values)
+
+
+def environment_variables() -> frozenset[str]:
+    """Every environment variable the settings read."""
+    names: set[str] = set()
+    for field in Settings.model_fields.values():
+        if field.alias:
+            names.add(field.alias)
+        if isinstance(field.validation_alias, AliasChoices):
+            names.update(str(choice) for choice in field.validation_alias.choices)
+    return frozenset(name for name in names if name.isupper()) | {"AWS_DEFAULT_REGION"}
+
+
+def _described(error: ValidationError, given: Mapping[str, str]) -> str:
+    problems = []
+    for item in error.errors(include_url=False):
+        name = ".".join(str(part) for part in item["loc"]) or "the settings"
+        shown = f" (it is {given[name]!r})" if name in given else ""
+        problems.append(f"{name}: {item['msg']}{shown}")
+    return "the functions' settings are wrong: " + "; ".join(problems)

@@ -468,11 +468,10 @@ def test_voices_lists_the_configured_voices_english_first(adapters):
 
 
 def test_voices_without_a_configured_list_are_kokoros_official_ones(adapters):
-    from dataclasses import replace
 
     from voicewire.voice_catalog import OFFICIAL_VOICES
 
-    adapters.settings = replace(adapters.settings, voices=None)
+    adapters.settings = adapters.settings.changed(voices=None)
     connect(sample("connect"), adapters)
     handle_message(sample("voices"), adapters)
     (frame,) = posted(adapters)

@@ -25,10 +25,10 @@ from voicewire.speech_link import (
     SpeechEvent,
     SpeechSession,
     SpeechStreamError,
-    SynthesisCompleted,
-    SynthesisStarted,
-    open_speech_session,
+    SynthesisComplete,
+    SynthesisStart,
 )
+from voicewire.speech_link.sagemaker_transport import SageMakerTransport
 from voicewire_tools.local_stack.sagemaker_limits import (
     CONTAINER_ACCEPT_SECONDS,
     MAX_REQUEST_PART_BYTES,
@@ -39,15 +39,20 @@ from voicewire_tools.local_stack.sagemaker_limits import (
 Handler = Callable[[ServerConnection], Awaitable[None]]
 
 
-def open_through(local: LocalRuntime) -> SpeechSession:
-    """The session the worker opens on AWS, sent to the local runtime instead."""
-    return open_speech_session(
+def transport_through(local: LocalRuntime) -> SageMakerTransport:
+    """The transport the worker's session uses on AWS, sent to the local runtime instead."""
+    return SageMakerTransport(
         "kokoro-82m",
         region="us-east-1",
         endpoint_uri=local.running.endpoint_url,
         trusted_ca_file=local.tls.ca_file,
         boto3_session=boto3.Session(region_name="us-east-1", **local.credentials.boto3_kwargs()),
     )
+
+
+def open_through(local: LocalRuntime) -> SpeechSession:
+    """The session the worker opens on AWS, sent to the local runtime instead."""
+    return SpeechSession(transport_through(local))
 
 
 @contextlib.asynccontextmanager
@@ -158,7 +163,7 @@ async def test_the_speech_server_accepts_within_250_ms_while_synthesizing(speech
     async with runtime_for(url, tmp_path) as local, open_through(local) as busy:
         request_id = await busy.send("A long answer keeps the model busy for a while.")
         events = busy.events(request_id)
-        assert isinstance(await anext(events), SynthesisStarted)  # the model is at work
+        assert isinstance(await anext(events), SynthesisStart)  # the model is at work
         answer = asyncio.create_task(collect(events))
         opened = 0
         while not answer.done():
@@ -166,7 +171,7 @@ async def test_the_speech_server_accepts_within_250_ms_while_synthesizing(speech
                 assert other.is_open
             opened += 1
         completed = (await answer)[-1]
-    assert isinstance(completed, SynthesisCompleted) and completed.status == "complete"
+    assert isinstance(completed, SynthesisComplete) and completed.status == "complete"
     assert opened >= 1 and local.runtime.counters.streams_refused == 0
 
 
@@ -246,15 +251,20 @@ async def test_a_request_part_over_the_limit_is_an_internal_stream_failure(tmp_p
         async for message in websocket:
             seen.append(len(message))
 
-    async with (
-        container(record) as url,
-        runtime_for(url, tmp_path) as local,
-        open_through(local) as session,
-    ):
-        request_id = await session.send("x" * MAX_REQUEST_PART_BYTES)  # JSON: over it
-        with pytest.raises(SpeechStreamError) as raised:
-            async for _ in session.events(request_id, idle_timeout=10):
-                pass
+    async with container(record) as url, runtime_for(url, tmp_path) as local:
+        # The session refuses a text this long itself (text_too_long): the part goes through
+        # the session's transport, the deployed client's, as a client without that check would.
+        transport = transport_through(local)
+        await transport.connect()
+        try:
+            part = json.dumps({"text": "x" * MAX_REQUEST_PART_BYTES}).encode()  # over it
+            await transport.send_message(part)
+            with pytest.raises(SpeechStreamError) as raised:
+                async with asyncio.timeout(10):
+                    while await transport.receive() is not None:
+                        pass
+        finally:
+            await transport.close(graceful=False)
     assert raised.value.code == "internal_stream_failure"
     assert f"over the limit of {MAX_REQUEST_PART_BYTES} bytes" in raised.value.message
     assert seen == []

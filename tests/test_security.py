@@ -166,20 +166,18 @@ def test_connect_refuses_a_foreign_origin_when_there_is_no_authorizer(adapters):
 
 
 def _with_origins(settings, origins: str):
-    from dataclasses import replace
 
     from functions.settings import parse_origins
 
-    return replace(settings, allowed_origins=parse_origins(origins))
+    return settings.changed(allowed_origins=parse_origins(origins))
 
 
 # --- per-connection limits -------------------------------------------------------------------
 
 
 def test_turns_past_the_per_minute_limit_are_refused_and_the_connection_stays(adapters):  # noqa: F811
-    from dataclasses import replace
 
-    adapters.settings = replace(adapters.settings, max_turns_per_minute=3)
+    adapters.settings = adapters.settings.changed(max_turns_per_minute=3)
     connect_handler(sample("connect"), adapters)
     for _ in range(4):
         handle_message(sample("speak"), adapters)

@@ -19,8 +19,8 @@ from voicewire.speech_link import (
     SpeechServerError,
     SpeechSession,
     SpeechStreamError,
-    SynthesisCompleted,
-    SynthesisStarted,
+    SynthesisComplete,
+    SynthesisStart,
     open_speech_session,
 )
 from voicewire.speech_link.sagemaker_client import Boto3CredentialsResolver
@@ -54,8 +54,8 @@ async def test_pipelined_requests_come_back_in_order_with_their_audio(session_fo
         second = await session.send("Second, a bit longer.", speed=1.2)
         events = {rid: await _collect(session, rid) for rid in (first, second)}
     for request_id, stream in events.items():
-        assert isinstance(stream[0], SynthesisStarted) and stream[0].request_id == request_id
-        assert isinstance(stream[-1], SynthesisCompleted) and stream[-1].status == "complete"
+        assert isinstance(stream[0], SynthesisStart) and stream[0].request_id == request_id
+        assert isinstance(stream[-1], SynthesisComplete) and stream[-1].status == "complete"
         audio = b"".join(event.pcm for event in stream if isinstance(event, AudioChunk))
         assert len(audio) == stream[-1].audio_bytes > 24_000
         assert all(event.request_id == request_id for event in stream)
@@ -78,7 +78,7 @@ async def test_cancel_ends_a_request_as_cancelled(session_for):
             if isinstance(event, AudioChunk) and not seen_audio:
                 seen_audio = True
                 await session.cancel(request_id)
-            if isinstance(event, SynthesisCompleted):
+            if isinstance(event, SynthesisComplete):
                 completed = event
         audio, after = await session.synthesize("Still usable.")
     assert seen_audio and completed.status == "cancelled"
@@ -121,8 +121,8 @@ async def test_first_audio_arrives_before_the_last_sentence_is_sent(session_for)
         second = await session.send("The last sentence, sent only now.")
         rest = [event async for event in stream]
         last = await _collect(session, second)
-    assert isinstance(rest[-1], SynthesisCompleted) and rest[-1].status == "complete"
-    assert isinstance(last[-1], SynthesisCompleted) and last[-1].status == "complete"
+    assert isinstance(rest[-1], SynthesisComplete) and rest[-1].status == "complete"
+    assert isinstance(last[-1], SynthesisComplete) and last[-1].status == "complete"
 
 
 async def test_close_waits_for_pending_answers(session_for):
@@ -132,7 +132,7 @@ async def test_close_waits_for_pending_answers(session_for):
     collected = asyncio.create_task(_collect(session, request_id))
     await session.close()
     events = await collected
-    assert isinstance(events[-1], SynthesisCompleted) and events[-1].status == "complete"
+    assert isinstance(events[-1], SynthesisComplete) and events[-1].status == "complete"
     assert not session.is_open
 
 
@@ -166,7 +166,7 @@ async def test_a_mid_stream_failure_is_a_typed_error(sagemaker_runtime, kind, co
         with pytest.raises(SpeechStreamError):
             await session.send("After the failure.")
     assert raised.value.code == code and raised.value.request_id == request_id
-    assert isinstance(received[0], SynthesisStarted)
+    assert isinstance(received[0], SynthesisStart)
     assert any(isinstance(event, AudioChunk) for event in received)  # it failed mid-stream
 
 
@@ -179,7 +179,7 @@ async def test_a_container_that_dies_mid_stream_is_a_model_stream_error(
         async with local.session() as session:
             request_id = await session.send(LONG_TEXT)
             stream = session.events(request_id)
-            assert isinstance(await anext(stream), SynthesisStarted)
+            assert isinstance(await anext(stream), SynthesisStart)
             server.server.should_exit = True  # the container goes away mid-answer
             with pytest.raises(SpeechStreamError) as raised:
                 async for _ in stream:
@@ -256,7 +256,7 @@ async def test_a_server_that_goes_away_fails_pending_requests(onnx_engine, serve
     async with open_speech_session(server.ws_url) as session:
         request_id = await session.send(LONG_TEXT)
         stream = session.events(request_id)
-        assert isinstance(await anext(stream), SynthesisStarted)
+        assert isinstance(await anext(stream), SynthesisStart)
         server.server.should_exit = True
         with pytest.raises(SpeechStreamError) as raised:
             async for _ in stream:

@@ -666,18 +666,44 @@ def test_the_foundation_exports_the_bucket_and_expires_old_versions(foundation):
     assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
 
 
+def deployed_environment(variables: dict) -> dict[str, str]:
+    """A function's environment as Lambda gives it: CloudFormation's references resolved (to a
+    stand-in name) and the region Lambda sets."""
+    resolved = {name: "resolved-by-cfn" for name in variables}
+    resolved |= {name: value for name, value in variables.items() if isinstance(value, str)}
+    return resolved | {"AWS_REGION": "eu-west-1"}
+
+
+def test_every_function_s_environment_is_valid_settings_with_no_unknown_name(template):
+    """What the stack sets is what the settings read: a renamed or mistyped variable (which the
+    settings would ignore, keeping a default) fails here, as does a value they refuse."""
+    from functions.settings import Settings, environment_variables
+
+    known = environment_variables()
+    for logical, function in resources(template, "AWS::Lambda::Function").items():
+        variables = function["Properties"].get("Environment", {}).get("Variables", {})
+        if "VOICEWIRE_TABLE" not in variables:
+            continue  # not one of the voice functions (the endpoint autoscaling handler)
+        ours = {name for name in variables if name.startswith("VOICEWIRE_")}
+        assert ours <= known, (logical, ours - known)
+        settings = Settings.from_env(deployed_environment(variables))
+        assert settings.llm == "bedrock" and settings.bedrock_model_id, logical
+        assert settings.voices and settings.token_secret_parameter, logical
+
+
 def test_the_functions_get_the_connection_limits_and_the_authorizer_only_puts_tickets(template):
     """The per-connection limits reach every function as the settings read them, and the
     authorizer, which records each ticket's first use, may put items and do nothing else."""
     from functions.settings import Settings
 
+    defaults = {name: field.default for name, field in Settings.model_fields.items()}
     functions = resources(template, "AWS::Lambda::Function").values()
     for function in functions:
         variables = function["Properties"]["Environment"]["Variables"]
-        assert variables["VOICEWIRE_MAX_TURNS_PER_MINUTE"] == str(Settings.max_turns_per_minute)
-        assert float(variables["VOICEWIRE_MAX_SPEECH_SECONDS_PER_TURN"]) == (
-            Settings.max_speech_seconds_per_turn
-        )
+        settings = Settings.from_env(deployed_environment(variables))
+        assert settings.max_turns_per_minute == defaults["max_turns_per_minute"]
+        assert settings.max_speech_seconds_per_turn == defaults["max_speech_seconds_per_turn"]
+        assert settings.allowed_origins is None
         assert variables["VOICEWIRE_ALLOWED_ORIGINS"] == ""  # no -c allowed_origins: any
     roles = {
         logical: function["Properties"]["Role"]["Fn::GetAtt"][0]

@@ -89,7 +89,7 @@ def test_the_callback_url_is_the_apis_own_behind_a_custom_domain(adapters):
 def test_a_worker_that_cannot_be_invoked_fails_its_turn_and_the_connection_stays(adapters):
     connect(sample("connect"), adapters)
     settings = adapters.settings
-    adapters.settings = dataclasses.replace(settings, worker_function="no-such-function")
+    adapters.settings = settings.changed(worker_function="no-such-function")
     handle_message(sample("ask_bidi"), adapters)
     assert kinds(adapters) == ["turn_start", "error", "turn_end"]
     error, end = posted(adapters)[1:]
@@ -169,7 +169,9 @@ def _bedrock_unreachable(adapters):
 
 
 def _empty_model_id(adapters):
-    adapters.settings = dataclasses.replace(adapters.settings, bedrock_model_id="")
+    # The settings refuse an empty model id (tests/test_settings.py): a copy that skips their
+    # validation stands for a parameter the SDK refuses before any request.
+    adapters.settings = adapters.settings.model_copy(update={"bedrock_model_id": ""})
     client = boto3.client("bedrock-runtime")  # validates its parameters before any request
     adapters.llm_client = lambda: client
     return "llm_failed"

@@ -5,7 +5,6 @@ API behind a recording spy, and the replay LLM; and the worker's whole world ove
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import http.client
 import json
 import os
@@ -392,7 +391,7 @@ def worker_world(dynamodb_url: str, speech_url: str, llm=None, **settings) -> Wo
     llm = llm or ReplayBedrockClient(pace=0.2)
     lambda_client = LambdaRecorder()
     adapters = Adapters(
-        settings=dataclasses.replace(config, **settings),
+        settings=config.changed(**settings),
         dynamodb=dynamodb_client(endpoint_url=dynamodb.url, **LOCAL_AWS),
         lambda_client=lambda_client,
         management_client_for=lambda url: management_client(url, **LOCAL_AWS),

@@ -1,7 +1,10 @@
 """The speech link: messages between a client (the worker, a test, a CLI) and the speech server.
 
-This is the one definition of the wire contract that both sides import: the Lambda worker sends
-these messages, the container answers them. ``docs/protocol.md`` describes the same contract for
+This is the one definition of the wire contract that both sides import: the client
+(``voicewire.speech_link``: the Lambda worker, the CLIs) builds its messages with these models and
+reads the server's frames with ``read_server_frame``; the container validates the messages with
+``parse_client_message`` and builds its frames with the same models. A field added here (word
+timings, say) reaches both sides at once. ``docs/protocol.md`` describes the same contract for
 people; keep the two in step.
 
 Client -> server, as text *or binary* WebSocket frames (SageMaker forwards every request part as
@@ -26,6 +29,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    TypeAdapter,
     field_validator,
 )
 
@@ -139,7 +143,7 @@ class SynthesisComplete(BaseModel):
     audio_seconds: float
     audio_bytes: int
     chunks: int
-    first_audio_ms: float | None
+    first_audio_ms: float | None = None  # None (left out of the frame): no audio was sent
     elapsed_ms: float
 
 
@@ -150,7 +154,8 @@ class Pong(BaseModel):
 
 class ErrorFrame(BaseModel):
     type: Literal["error"] = "error"
-    code: ErrorCode
+    # A client reads a code it does not know (from a newer server) as the plain string it is.
+    code: ErrorCode | str
     message: str
     request_id: str | None = None
 
@@ -161,6 +166,22 @@ class ErrorFrame(BaseModel):
 
 
 ServerFrame = SynthesisStart | SynthesisComplete | Pong | ErrorFrame
+SERVER_FRAME_TYPES = frozenset({"synthesis_start", "synthesis_complete", "pong", "error"})
+_SERVER_FRAME: TypeAdapter[ServerFrame] = TypeAdapter(
+    Annotated[ServerFrame, Field(discriminator="type")]
+)
+
+
+def read_server_frame(control: dict[str, Any]) -> ServerFrame | None:
+    """A control frame from the server, validated by the models the server built it with.
+
+    ``None`` for a type this client does not know (a newer server's), which a reader skips; a
+    known type with a missing or mistyped field raises pydantic's ``ValidationError``. Fields
+    this client does not know are ignored, so a server may add some.
+    """
+    if control.get("type") not in SERVER_FRAME_TYPES:
+        return None
+    return _SERVER_FRAME.validate_python(control)
 
 
 def dump_frame(frame: BaseModel) -> str:

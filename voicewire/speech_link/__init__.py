@@ -3,7 +3,7 @@
     async with open_speech_session("ws://127.0.0.1:8080/invocations-bidirectional-stream") as s:
         request_id = await s.send("Hello there.")
         async for event in s.events(request_id):
-            ...  # SynthesisStarted, then AudioChunk..., then SynthesisCompleted
+            ...  # SynthesisStart, then AudioChunk..., then SynthesisComplete
 
 ``open_speech_session`` takes a ``ws://``/``wss://`` URL (a speech server reached directly) or a
 SageMaker endpoint name (``sagemaker:NAME`` or a bare name) and picks the transport. Over
@@ -12,24 +12,29 @@ transport, boto3 credentials); ``endpoint_uri`` and ``trusted_ca_file`` point th
 at the local SageMaker runtime.
 """
 
-from voicewire.speech_link.errors import SpeechServerError, SpeechSessionError, SpeechStreamError
+from voicewire.speech_link.errors import (
+    SpeechRequestError,
+    SpeechServerError,
+    SpeechSessionError,
+    SpeechStreamError,
+)
 from voicewire.speech_link.session import (
     AudioChunk,
     SpeechEvent,
     SpeechSession,
-    SynthesisCompleted,
-    SynthesisStarted,
     open_speech_session,
 )
+from voicewire.speech_protocol import SynthesisComplete, SynthesisStart
 
 __all__ = [
     "AudioChunk",
     "SpeechEvent",
+    "SpeechRequestError",
     "SpeechServerError",
     "SpeechSession",
     "SpeechSessionError",
     "SpeechStreamError",
-    "SynthesisCompleted",
-    "SynthesisStarted",
+    "SynthesisComplete",
+    "SynthesisStart",
     "open_speech_session",
 ]

@@ -19,3 +19,9 @@ class SpeechStreamError(SpeechSessionError):
     """The stream itself failed: ``model_stream_error`` and ``internal_stream_failure`` (from
     SageMaker), ``connection_closed`` (the server went away), ``connect_failed``,
     ``response_timeout`` (a request's next event did not come in time: a stalled server)."""
+
+
+class SpeechRequestError(SpeechSessionError):
+    """A text the session refused to send: the code the server would have answered with
+    (``missing_text``, ``text_too_long``, ``speed_out_of_range``...), known before any round trip.
+    Nothing was sent or queued; the session goes on."""

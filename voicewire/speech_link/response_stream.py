@@ -19,7 +19,9 @@ from typing import Any
 import httpx
 from botocore.exceptions import EventStreamError
 
-from voicewire.speech_link.errors import SpeechServerError, SpeechStreamError
+from voicewire.error_codes import ProtocolError
+from voicewire.speech_link.errors import SpeechRequestError, SpeechServerError, SpeechStreamError
+from voicewire.speech_protocol import validate_synthesis_request
 from voicewire.sse import SseDecoder
 
 
@@ -31,11 +33,15 @@ def invocation_body(
     speed: float | None = None,
     fast_start: bool | None = None,
 ) -> bytes:
-    body: dict[str, Any] = {"text": text, "format": audio_format}
-    for key, value in (("voice", voice), ("speed", speed), ("fast_start", fast_start)):
-        if value is not None:
-            body[key] = value
-    return json.dumps(body).encode()
+    """``POST /invocations``'s body: ``speech_protocol``'s synthesis request, validated as the
+    server validates it (``SpeechRequestError`` before any request), and the audio format."""
+    options = {"voice": voice, "speed": speed, "fast_start": fast_start}
+    body: dict[str, Any] = {"text": text} | {k: v for k, v in options.items() if v is not None}
+    try:
+        request = validate_synthesis_request(body)
+    except ProtocolError as refused:
+        raise SpeechRequestError(refused.code, refused.message) from None
+    return json.dumps(request.model_dump(exclude_none=True) | {"format": audio_format}).encode()
 
 
 def audio_from_parts(parts: Iterable[bytes], sse: bool) -> Iterator[bytes]:

@@ -4,6 +4,11 @@ The server answers requests strictly in the order they were sent (``docs/protoco
 single reader task can route every frame: ``synthesis_start`` names the request that the next
 audio frames belong to, ``synthesis_complete`` ends it, and an ``error`` frame names its request
 (or, without a ``request_id``, answers the oldest request not yet started).
+
+Messages and frames are ``voicewire.speech_protocol``'s models, the ones the server validates and
+builds: a request the server would refuse is refused here, before it is sent
+(``SpeechRequestError``), and a frame that does not follow the protocol fails the session
+(``invalid_frame``) rather than being guessed at.
 """
 
 from __future__ import annotations
@@ -21,9 +26,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
 
+from pydantic import BaseModel, ValidationError
+
 from voicewire.control_frame import decode_control_frame
-from voicewire.speech_link.errors import SpeechServerError, SpeechSessionError, SpeechStreamError
+from voicewire.error_codes import ProtocolError
+from voicewire.speech_link.errors import (
+    SpeechRequestError,
+    SpeechServerError,
+    SpeechSessionError,
+    SpeechStreamError,
+)
 from voicewire.speech_link.transport import SpeechTransport
+from voicewire.speech_protocol import (
+    CancelMessage,
+    ErrorFrame,
+    PingMessage,
+    Pong,
+    SynthesisComplete,
+    SynthesisStart,
+    dump_frame,
+    read_server_frame,
+    validate_synthesis_request,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -31,30 +55,14 @@ END_GRACE_SECONDS = 2.0  # once the input has ended, how long the server may tak
 
 
 @dataclass(frozen=True)
-class SynthesisStarted:
-    request_id: str
-    sample_rate: int
-    encoding: str
-    channels: int
-
-
-@dataclass(frozen=True)
 class AudioChunk:
+    """A binary frame of a request's audio (PCM, as its ``SynthesisStart`` says)."""
+
     request_id: str
     pcm: bytes
 
 
-@dataclass(frozen=True)
-class SynthesisCompleted:
-    request_id: str
-    status: str  # complete | cancelled | failed
-    audio_bytes: int
-    audio_seconds: float
-    first_audio_ms: float | None
-    elapsed_ms: float
-
-
-SpeechEvent = SynthesisStarted | AudioChunk | SynthesisCompleted
+SpeechEvent = SynthesisStart | AudioChunk | SynthesisComplete
 _Item = SpeechEvent | SpeechSessionError
 
 
@@ -112,28 +120,30 @@ class SpeechSession:
         speed: float | None = None,
         fast_start: bool | None = None,
     ) -> str:
-        """Queue a text for synthesis without waiting; returns its request id."""
+        """Queue a text for synthesis without waiting; returns its request id.
+
+        Raises ``SpeechRequestError`` (nothing sent) for a request the server would refuse."""
         if self._failure is not None:
             raise self._failure
         request_id = request_id or f"{self._prefix}-{next(self._numbers)}"
-        message: dict[str, Any] = {"text": text, "request_id": request_id}
-        if voice is not None:
-            message["voice"] = voice
-        if speed is not None:
-            message["speed"] = speed
-        if fast_start is not None:
-            message["fast_start"] = fast_start
+        options = {"voice": voice, "speed": speed, "fast_start": fast_start}
+        body = {"text": text, "request_id": request_id}
+        body |= {name: value for name, value in options.items() if value is not None}
+        try:
+            request = validate_synthesis_request(body)  # no voices: the server checks the voice
+        except ProtocolError as refused:
+            raise SpeechRequestError(refused.code, refused.message, request_id) from None
         self._queues[request_id] = asyncio.Queue()
         self._unstarted.append(request_id)
         self._outstanding.add(request_id)
         self._answered.clear()
-        await self._transport.send_message(json.dumps(message).encode())
+        await self._send(request)
         return request_id
 
     async def events(
         self, request_id: str, *, idle_timeout: float | None = None
     ) -> AsyncIterator[SpeechEvent]:
-        """This request's events in order, ending with ``SynthesisCompleted``.
+        """This request's events in order, ending with ``SynthesisComplete``.
 
         Raises ``SpeechServerError`` if the server answered with an error frame and
         ``SpeechStreamError`` if the stream failed before the request completed, or
@@ -160,28 +170,25 @@ class SpeechSession:
                 if isinstance(item, SpeechSessionError):
                     raise item
                 yield item
-                if isinstance(item, SynthesisCompleted):
+                if isinstance(item, SynthesisComplete):
                     return
         finally:
             self._queues.pop(request_id, None)
 
-    async def synthesize(self, text: str, **options: Any) -> tuple[bytes, SynthesisCompleted]:
+    async def synthesize(self, text: str, **options: Any) -> tuple[bytes, SynthesisComplete]:
         """Send one text and collect its whole audio (a convenience for tools and tests)."""
         request_id = await self.send(text, **options)
         audio = bytearray()
         async for event in self.events(request_id):
             if isinstance(event, AudioChunk):
                 audio += event.pcm
-            elif isinstance(event, SynthesisCompleted):
+            elif isinstance(event, SynthesisComplete):
                 return bytes(audio), event
-        raise AssertionError("unreachable: events() ends with SynthesisCompleted")
+        raise AssertionError("unreachable: events() ends with SynthesisComplete")
 
     async def cancel(self, request_id: str | None = None) -> None:
-        """Cancel one request, or every pending one; each still ends with SynthesisCompleted."""
-        message: dict[str, Any] = {"type": "cancel"}
-        if request_id is not None:
-            message["request_id"] = request_id
-        await self._transport.send_message(json.dumps(message).encode())
+        """Cancel one request, or every pending one; each still ends with SynthesisComplete."""
+        await self._send(CancelMessage(type="cancel", request_id=request_id))
 
     async def ping(self, within: float = 2.0) -> float:
         """Send a ``ping`` and wait for its ``pong``; returns the round trip in milliseconds.
@@ -197,8 +204,7 @@ class SpeechSession:
         self._pings[ping_id] = answered
         started = time.perf_counter()
         try:
-            message = json.dumps({"type": "ping", "request_id": ping_id}).encode()
-            await self._transport.send_message(message)
+            await self._send(PingMessage(type="ping", request_id=ping_id))
             async with asyncio.timeout(within):
                 await answered
         except TimeoutError:
@@ -244,6 +250,9 @@ class SpeechSession:
         self._closing = True
         await self._transport.close(graceful=False)
         await self._stop_reader(wait=END_GRACE_SECONDS)
+
+    async def _send(self, message: BaseModel) -> None:
+        await self._transport.send_message(dump_frame(message).encode())
 
     @property
     def _reading(self) -> bool:
@@ -297,50 +306,39 @@ class SpeechSession:
         if control is None:
             logger.warning("ignoring a text frame that is not a JSON object")
             return
-        match control.get("type"):
-            case "synthesis_start":
-                request_id = str(control.get("request_id"))
+        try:
+            frame = read_server_frame(control)
+        except ValidationError as error:
+            problem = error.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in problem["loc"][1:]) or "the frame"
+            raise SpeechStreamError(
+                "invalid_frame",
+                f"{self.target} sent a {control.get('type')} frame that does not follow the "
+                f"speech protocol ({where}: {problem['msg']})",
+            ) from None
+        match frame:
+            case SynthesisStart(request_id=request_id):
                 self._current = request_id
                 _discard(self._unstarted, request_id)
-                self._deliver(
-                    request_id,
-                    SynthesisStarted(
-                        request_id,
-                        int(control.get("sample_rate", 24_000)),
-                        str(control.get("encoding", "pcm_s16le")),
-                        int(control.get("channels", 1)),
-                    ),
-                )
-            case "synthesis_complete":
-                request_id = str(control.get("request_id"))
+                self._deliver(request_id, frame)
+            case SynthesisComplete(request_id=request_id):
                 self._current = None
                 self._answer(request_id)
-                self._deliver(
-                    request_id,
-                    SynthesisCompleted(
-                        request_id,
-                        str(control.get("status", "complete")),
-                        int(control.get("audio_bytes", 0)),
-                        float(control.get("audio_seconds", 0.0)),
-                        control.get("first_audio_ms"),
-                        float(control.get("elapsed_ms", 0.0)),
-                    ),
-                )
-            case "error":
-                request_id = control.get("request_id")
+                self._deliver(request_id, frame)
+            case ErrorFrame(request_id=request_id):
                 if request_id is None and self._unstarted:
                     request_id = self._unstarted[0]
                 if request_id is not None:
                     _discard(self._unstarted, request_id)
                     self._answer(request_id)
-                code, message = str(control.get("code")), str(control.get("message"))
-                self._deliver(request_id, SpeechServerError(code, message, request_id))
-            case "pong":
-                answered = self._pings.get(str(control.get("request_id")))
+                error = SpeechServerError(str(frame.code), frame.message, request_id)
+                self._deliver(request_id, error)
+            case Pong(request_id=ping_id):
+                answered = self._pings.get(str(ping_id))
                 if answered is not None and not answered.done():
                     answered.set_result(None)
-            case other:
-                logger.warning("ignoring an unknown control frame type %r", other)
+            case None:
+                logger.warning("ignoring an unknown control frame type %r", control.get("type"))
 
     def _answer(self, request_id: str) -> None:
         self._outstanding.discard(request_id)

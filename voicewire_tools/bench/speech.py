@@ -40,6 +40,13 @@ import httpx
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 
+from voicewire.speech_protocol import (
+    ErrorFrame,
+    SynthesisComplete,
+    SynthesisRequest,
+    dump_frame,
+    read_server_frame,
+)
 from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import write_json
 
@@ -66,7 +73,7 @@ class Trial:
 
 async def one_trial(ws: ClientConnection, text: str, fast_start: bool) -> Trial:
     sent = time.perf_counter()
-    await ws.send(json.dumps({"text": text, "fast_start": fast_start}))
+    await ws.send(dump_frame(SynthesisRequest(text=text, fast_start=fast_start)))
     first_byte = audible = None
     audio = bytearray()
     play_clock = stall = 0.0  # when the next frame is due to play, and the silences so far
@@ -88,8 +95,8 @@ async def one_trial(ws: ClientConnection, text: str, fast_start: bool) -> Trial:
                     audible = first_byte + (len(audio) // 2 + loud[0]) / SAMPLE_RATE
             audio += frame
             continue
-        message = json.loads(frame)
-        if message["type"] == "synthesis_complete":
+        message = read_server_frame(json.loads(frame))
+        if isinstance(message, SynthesisComplete):
             assert first_byte is not None and audible is not None, "no audio"
             return Trial(
                 ttfb_ms=(first_byte - sent) * 1000,
@@ -97,10 +104,11 @@ async def one_trial(ws: ClientConnection, text: str, fast_start: bool) -> Trial:
                 total_ms=(now - sent) * 1000,
                 audio_seconds=len(audio) / 2 / SAMPLE_RATE,
                 stall_ms=stall * 1000,
-                server_elapsed_ms=message["elapsed_ms"],
+                server_elapsed_ms=message.elapsed_ms,
             )
-        if message["type"] == "error":
-            raise RuntimeError(message)
+        if isinstance(message, ErrorFrame):
+            refused = f"{message.code}: {message.message}"
+            raise RuntimeError(f"the speech server refused the text: {refused}")
 
 
 async def run_cases(url: str, trials: int) -> dict[str, list[Trial]]:

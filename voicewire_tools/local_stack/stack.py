@@ -323,9 +323,8 @@ class LocalStack:
     def use_baseline(self, baseline: str) -> None:
         """Run the next turns as voicewire does ("voicewire") or as the seed did ("seed"):
         ``voicewire bench ttfa`` interleaves both on one stack."""
-        from dataclasses import replace
 
-        self.adapters.settings = replace(self.adapters.settings, baseline=baseline)
+        self.adapters.settings = self.adapters.settings.changed(baseline=baseline)
 
     def keep_speech_sessions(self, keep: bool) -> None:
         """Let the worker keep a session warm between turns, or open one per turn."""
