@@ -250,6 +250,7 @@ def test_a_frozen_speech_server_fails_the_turn_at_the_chunk_deadline(make_world)
 def test_the_chunk_deadline_is_a_setting_with_a_default(monkeypatch):
     from functions.settings import Settings
 
+    monkeypatch.setenv("VOICEWIRE_LLM", "replay")  # bedrock would need a model id
     monkeypatch.delenv("VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS", raising=False)
     assert Settings.from_env().speech_chunk_timeout_seconds == 30.0
     monkeypatch.setenv("VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS", "12.5")

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import logging
 import os
@@ -277,6 +278,7 @@ class Gateway:
         self.connections: dict[str, LocalConnection] = {}
         self._handling: set[asyncio.Task[Any]] = set()
         self._handovers: _Handovers | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the serving loop, once it serves
 
     # --- serving --------------------------------------------------------------------------
 
@@ -314,7 +316,37 @@ class Gateway:
     def handovers(self) -> _Handovers:
         if self._handovers is None:  # made on the serving loop, by its first connection
             self._handovers = _Handovers(self._serve_socket)
+            self._loop = asyncio.get_running_loop()
         return self._handovers
+
+    async def close_connections(self) -> None:
+        """Close every client connection (1001, going away) and wait for each one's
+        ``$disconnect``, which cancels its turn. The listener and the management API stay up:
+        a worker still speaking is then told ``GoneException`` for its next post, as on AWS,
+        instead of finding the port closed and retrying into it."""
+        handlers = list(self.handovers().handler_tasks)
+        closing = [
+            self._close(connection, CloseCode.GOING_AWAY, "Going away")
+            for connection in list(self.connections.values())
+            if connection.open
+        ]
+        await asyncio.gather(*closing, return_exceptions=True)
+        await asyncio.gather(*handlers, return_exceptions=True)
+
+    def close_connections_from_outside(self, within: float) -> None:
+        """``close_connections`` from another thread (the stack stopping), waiting at most
+        ``within`` seconds; nothing to do if no client ever connected."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            closed = asyncio.run_coroutine_threadsafe(self.close_connections(), loop)
+        except RuntimeError:  # the loop ended meanwhile: nothing is served any more
+            return
+        try:
+            closed.result(within)
+        except concurrent.futures.TimeoutError:
+            closed.cancel()  # the listener's own stop closes whatever is left
 
     async def index(self, request: Request) -> Response:
         if self.page is None or not self.page.is_file():

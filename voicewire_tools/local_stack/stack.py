@@ -129,6 +129,7 @@ class LocalStack:
         self.tls: Any = None
         self.adapters: Any = None
         self.functions: Any = None
+        self.gateway: Any = None
 
     # --- addresses ------------------------------------------------------------------------
 
@@ -445,11 +446,16 @@ class LocalStack:
 
     def stop(self) -> None:
         """Stop everything, in an order that ends quickly at any moment (a turn speaking, the
-        model loading): the gateway first, which closes its clients' connections, so that their
-        turns are cancelled (``$disconnect``) and the workers end within a poll instead of
-        speaking to nobody; then the functions, the speech link, DynamoDB, the speech server."""
+        model loading): the gateway's clients first, whose turns their ``$disconnect`` cancels,
+        so that the workers end within a poll (told ``GoneException`` by the management API,
+        still up) instead of speaking to nobody; then the functions, the gateway's listener, the
+        speech link, DynamoDB, the speech server."""
         from functions.wiring import use_adapters
 
+        if self.gateway is not None:
+            self.gateway.close_connections_from_outside(within=5)
+        if self.functions is not None:
+            self.functions.wait(10)
         for server in reversed(self._servers):
             server.stop()
         self._servers.clear()
