@@ -22,7 +22,7 @@ Server -> client: a ``synthesis_start`` text frame, raw PCM s16le 24 kHz mono bi
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -166,7 +166,9 @@ class ErrorFrame(BaseModel):
 
 
 ServerFrame = SynthesisStart | SynthesisComplete | Pong | ErrorFrame
-SERVER_FRAME_TYPES = frozenset({"synthesis_start", "synthesis_complete", "pong", "error"})
+SERVER_FRAME_TYPES = frozenset(
+    frame.model_fields["type"].default for frame in get_args(ServerFrame)
+)
 _SERVER_FRAME: TypeAdapter[ServerFrame] = TypeAdapter(
     Annotated[ServerFrame, Field(discriminator="type")]
 )
