@@ -23,7 +23,9 @@ from speech_server.official_voices import english_or_bundled_voices
 from speech_server.streamed_vocoder import (
     CONTEXT_FRAMES,
     MIN_FIRST_SPEECH_FRAMES,
+    WORD_SNAP_FRAMES,
     SplitFailed,
+    VocoderSpeed,
     split_models,
     window_plan,
 )
@@ -31,15 +33,18 @@ from speech_server.synthesis import EDGE_PAD_SECONDS, StreamedTrim, Synthesizer,
 from voicewire_tools.bench.audio_similarity import heard_span, log_mel_correlation
 
 FIVE_WORDS = "Your parcel arrives on Thursday."
-CPU_SECONDS_PER_FRAME = 0.003  # a 2-core CPU's vocoder
-GPU_SECONDS_PER_FRAME = 0.0001
+CPU_SPEED = VocoderSpeed(0.003, 0.005)  # a 2-core CPU's vocoder
+GPU_SPEED = VocoderSpeed(0.0001)
 
 
 @pytest.fixture(scope="module")
-def whole_graph() -> Kokoro:
-    """kokoro-onnx on the unsplit graph the engine splits: the reference."""
+def whole_graph(onnx_engine) -> Kokoro:
+    """kokoro-onnx on the unsplit graph the engine splits (the one this machine's tuning record
+    chose): the reference."""
     voices, _ = english_or_bundled_voices()
-    return Kokoro(str(fast_model_path(bundled_model_path())), str(voices))
+    original = bundled_model_path()
+    model = fast_model_path(original) if onnx_engine.graph == "fast" else original
+    return Kokoro(str(model), str(voices))
 
 
 def test_the_split_halves_give_the_whole_graphs_samples_exactly(onnx_engine, whole_graph):
@@ -67,22 +72,22 @@ def test_a_graph_the_split_does_not_know_is_refused_by_name(tmp_path):
         split_models(path)
 
 
-@pytest.mark.parametrize("seconds_per_frame", [CPU_SECONDS_PER_FRAME, GPU_SECONDS_PER_FRAME])
-def test_the_windows_are_the_whole_decode_with_one_seam(onnx_engine, seconds_per_frame):
+@pytest.mark.parametrize("speed", [CPU_SPEED, GPU_SPEED], ids=["cpu", "gpu"])
+def test_the_windows_are_the_whole_decode_with_one_seam(onnx_engine, speed):
     vocoder = onnx_engine.vocoder
     reference = onnx_engine.synthesize(FIVE_WORDS, "af_heart", 1.0)
-    vocoder.seconds_per_frame = seconds_per_frame
+    measured, vocoder.speed = vocoder.speed, speed
     try:
         pieces = list(onnx_engine.synthesize_stream(FIVE_WORDS, "af_heart", 1.0))
     finally:
-        onnx_engine.synthesize(FIVE_WORDS, "af_heart", 1.0)  # measures the real speed again
+        vocoder.speed = measured
     assert len(pieces) == 2
     streamed = np.concatenate(pieces)
     assert streamed.shape == reference.shape
     heard = heard_span(reference)  # what a listener hears: the synthesis layer trims the rest
     assert log_mel_correlation(streamed[heard], reference[heard]) > 0.97
     # The faster the vocoder, the shorter the first window.
-    if seconds_per_frame == GPU_SECONDS_PER_FRAME:
+    if speed == GPU_SPEED:
         assert len(pieces[0]) < len(pieces[1])
 
 
@@ -98,7 +103,7 @@ def test_the_seam_carries_the_harmonic_phase(onnx_engine):
     wanted = reference[start * 300 : (hi - CONTEXT_FRAMES) * 300]
 
     def error(side) -> float:
-        window = vocoder._decode(side, style, lo, hi)
+        window = vocoder.decode(side, style, lo, hi)
         kept = window[(start - lo) * 300 : (hi - CONTEXT_FRAMES - lo) * 300]
         return float(np.abs(kept - wanted).mean())
 
@@ -109,22 +114,47 @@ def test_the_seam_carries_the_harmonic_phase(onnx_engine):
     frames=st.integers(1, 2000),
     lead=st.integers(0, 80),
     seconds_per_frame=st.floats(0.00001, 0.02),
+    seconds_per_call=st.floats(0.0, 0.05),
+    starts=st.lists(st.integers(0, 2000), max_size=40),
+    data=st.data(),
 )
-def test_window_plan_covers_every_frame_once(frames, lead, seconds_per_frame):
-    plan = window_plan(frames, lead, seconds_per_frame)
+def test_window_plan_covers_every_frame_once(
+    frames, lead, seconds_per_frame, seconds_per_call, starts, data
+):
+    phonemes = sorted(set(starts))
+    words = sorted(data.draw(st.sets(st.sampled_from(phonemes))) if phonemes else [])
+    speed = VocoderSpeed(seconds_per_frame, seconds_per_call)
+    plan = window_plan(frames, lead, speed, phonemes, words)
     assert plan[0][0] == 0 and plan[-1][1] == frames
     assert all(end == start for (_, end), (start, _) in itertools.pairwise(plan))
     assert 1 <= len(plan) <= 2
     if len(plan) == 2:
-        first_end, _ = plan[1]
-        assert first_end >= min(frames, lead + MIN_FIRST_SPEECH_FRAMES)
-        assert frames - first_end >= 2 * CONTEXT_FRAMES  # a second window worth its seam
+        cut, _ = plan[1]
+        unsnapped, _ = window_plan(frames, lead, speed)[1]
+        assert cut >= unsnapped >= min(frames, lead + MIN_FIRST_SPEECH_FRAMES)
+        assert frames - cut >= 2 * CONTEXT_FRAMES  # a second window worth its seam
+        # The cut moves to the first word start within reach, else the next phoneme start.
+        near_words = [w for w in words if unsnapped <= w <= unsnapped + WORD_SNAP_FRAMES]
+        if near_words and near_words[0] <= frames - 2 * CONTEXT_FRAMES:
+            assert cut == near_words[0]
+        elif cut != unsnapped:
+            assert cut in phonemes and not [p for p in phonemes if unsnapped <= p < cut]
 
 
 def test_a_slower_vocoder_gets_a_longer_first_window():
-    fast = window_plan(400, 28, 0.001)
-    slow = window_plan(400, 28, 0.004)
-    assert fast[0][1] < slow[0][1]
+    fast = window_plan(400, 28, VocoderSpeed(0.001))
+    slow = window_plan(400, 28, VocoderSpeed(0.004))
+    costly_calls = window_plan(400, 28, VocoderSpeed(0.001, 0.1))
+    assert fast[0][1] < slow[0][1] and fast[0][1] < costly_calls[0][1]
+
+
+def test_the_seam_falls_between_words(onnx_engine):
+    text_side, _ = next(onnx_engine.text_sides(FIVE_WORDS, "af_heart", 1.0))
+    assert int(text_side.durations.sum()) * 2 == text_side.frames  # durations count two frames
+    phonemes, words = text_side.boundaries()
+    assert set(words) <= set(phonemes) and len(words) >= 4  # the spaces between five words
+    (_, cut), _ = onnx_engine.vocoder.plan(text_side)
+    assert cut in words or cut in phonemes
 
 
 @given(
@@ -171,7 +201,6 @@ class RecordingEngine:
 def test_a_requests_first_frame_leaves_before_its_first_chunk_is_decoded(onnx_engine):
     recording = RecordingEngine(onnx_engine)
     synthesizer = Synthesizer(recording)
-    onnx_engine.vocoder.seconds_per_frame = CPU_SECONDS_PER_FRAME
 
     async def speak() -> bytes:
         audio = b""
@@ -191,3 +220,22 @@ def test_a_requests_first_frame_leaves_before_its_first_chunk_is_decoded(onnx_en
     # second chunk is decoded whole while the first plays.
     assert recording.events == ["piece", "first frame", "piece", "whole"]
     assert len(audio) > 24000 * 2 * 2  # over two seconds of speech
+
+
+def test_the_streamed_audio_is_the_same_bytes_on_every_run(onnx_engine):
+    """The window plan comes from the machine's tuning record, not from live timings: a second
+    engine, loaded afresh, and the first engine after a slow whole decode give the same bytes."""
+    from speech_server.engines.onnx_engine import KokoroOnnxEngine
+    from speech_server.settings import EngineSettings
+
+    def streamed(engine) -> bytes:
+        return np.concatenate(
+            list(engine.synthesize_stream(FIVE_WORDS, "am_michael", 1.0))
+        ).tobytes()
+
+    first = streamed(onnx_engine)
+    onnx_engine.synthesize("A longer text decoded whole in between, " * 3, "am_michael", 1.0)
+    again = streamed(onnx_engine)
+    fresh = KokoroOnnxEngine.from_settings(EngineSettings())
+    assert fresh.vocoder.speed == onnx_engine.vocoder.speed  # the record's, not a timing
+    assert first == again == streamed(fresh)

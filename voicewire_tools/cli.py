@@ -31,10 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     speech.add_argument(
         "--graph",
-        choices=["fast", "original"],
+        choices=["auto", "fast", "original"],
         default=None,
-        help="onnx engine: the int8 graph rewritten for onnxruntime's CPU kernels (default) "
-        "or as PyPI has it",
+        help="onnx engine: auto (default) runs the graph this machine runs fastest, measured "
+        "once per CPU and kept in the cache; fast: the int8 graph rewritten for onnxruntime's "
+        "CPU kernels; original: as PyPI has it",
     )
     speech.add_argument(
         "--vocoder",

@@ -9,8 +9,8 @@ from typing import Literal
 
 EngineName = Literal["onnx", "torch"]
 ENGINE_NAMES: tuple[EngineName, ...] = ("onnx", "torch")
-GraphForm = Literal["fast", "original"]
-GRAPH_FORMS: tuple[GraphForm, ...] = ("fast", "original")
+GraphForm = Literal["auto", "fast", "original"]
+GRAPH_FORMS: tuple[GraphForm, ...] = ("auto", "fast", "original")
 VocoderMode = Literal["streamed", "whole"]
 VOCODER_MODES: tuple[VocoderMode, ...] = ("streamed", "whole")
 DEFAULT_MODEL_DIR = Path("/opt/ml/model")  # where SageMaker mounts the model data
@@ -20,8 +20,9 @@ DEFAULT_MODEL_DIR = Path("/opt/ml/model")  # where SageMaker mounts the model da
 class EngineSettings:
     """What to load. Every field has an environment variable, read by ``from_env``:
 
-    ``VOICEWIRE_ENGINE`` (onnx | torch), ``VOICEWIRE_GRAPH`` (fast | original: the ONNX engine's
-    int8 graph rewritten for speed, ``model_rewrite``, or as PyPI has it), ``VOICEWIRE_VOCODER``
+    ``VOICEWIRE_ENGINE`` (onnx | torch), ``VOICEWIRE_GRAPH`` (auto | fast | original: the ONNX
+    engine's graph as this machine runs it fastest, measured once per CPU, ``engine_tuning``; the
+    int8 graph rewritten for speed, ``model_rewrite``; or as PyPI has it), ``VOICEWIRE_VOCODER``
     (streamed | whole: the ONNX engine's first window of a request's audio sent before the rest
     is decoded, ``streamed_vocoder``, or every chunk decoded in one call), ``VOICEWIRE_VOICE``,
     ``VOICEWIRE_MODEL_PATH`` and
@@ -32,7 +33,7 @@ class EngineSettings:
     """
 
     engine: EngineName = "onnx"
-    graph: GraphForm = "fast"
+    graph: GraphForm = "auto"
     vocoder: VocoderMode = "streamed"
     voice: str | None = None
     model_path: Path | None = None
@@ -57,7 +58,7 @@ class EngineSettings:
         env = os.environ
         values: dict[str, object] = {
             "engine": env.get("VOICEWIRE_ENGINE", "onnx"),
-            "graph": env.get("VOICEWIRE_GRAPH", "fast"),
+            "graph": env.get("VOICEWIRE_GRAPH", "auto"),
             "vocoder": env.get("VOICEWIRE_VOCODER", "streamed"),
             "voice": env.get("VOICEWIRE_VOICE") or None,
             "model_path": _path(env.get("VOICEWIRE_MODEL_PATH")),

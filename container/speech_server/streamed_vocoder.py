@@ -19,8 +19,13 @@ Decoded whole, the two halves give the one-shot graph's samples exactly (a test 
 
 **Windows** (``window_plan``, ``StreamedVocoder.windows``): a chunk is decoded in two windows
 when that brings its first audio forward: the first ends as early as it can while the second,
-decoded as the first plays, is still ready before the first has played out (from the vocoder's
-speed, measured on every whole decode). Each window decodes ``CONTEXT_FRAMES`` before it and
+decoded as the first plays, is still ready before the first has played out. The vocoder's speed
+that decides it is the machine's measured one (``VocoderSpeed``, from the engine's tuning record,
+``speech_server.engine_tuning``), never a live timing, so a text gets the same windows and the
+same audio bytes on every run. The cut is then moved to the next word boundary (a space or a
+punctuation token's start, from the text side's durations) when one comes within
+``WORD_SNAP_FRAMES``, else to the next phoneme boundary: the join falls where the speech itself
+changes, not inside a vowel. Each window decodes ``CONTEXT_FRAMES`` before it and
 ``LOOKAHEAD_FRAMES`` after it and keeps only its own frames, so the convolutions see the same
 neighbours as in the whole decode; the two overlap by ``FADE_SAMPLES`` at the seam, crossfaded
 linearly. Two things still differ from the whole decode, handled or measured:
@@ -32,10 +37,12 @@ linearly. Two things still differ from the whole decode, handled or measured:
   That moves the windowed audio a little from the one-shot decode: ``voicewire bench engine``
   measures the log-mel correlation of the heard audio and the seam.
 
-More windows would start the audio no sooner (the first window is what the listener waits for)
-and every seam costs context and correlation, so there are at most two. Only a request's first
-chunk is streamed (``speech_server.synthesis``); later ones are decoded whole while the audio
-before them plays.
+A third window would bring the first audio forward by little: the second window must still be
+ready before the first has played, and every window decodes ``CONTEXT_FRAMES +
+LOOKAHEAD_FRAMES`` (1.1 s of audio) it throws away, so the first cannot shrink much, and every
+seam costs correlation. So there are at most two. A request's first chunk is streamed, and so is
+any chunk the listener would otherwise wait for (``speech_server.synthesis``); the others are
+decoded whole while the audio before them plays.
 """
 
 from __future__ import annotations
@@ -44,8 +51,7 @@ import hashlib
 import logging
 import math
 import os
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +75,10 @@ LOOKAHEAD_FRAMES = 40
 FADE_SAMPLES = 240  # 10 ms crossfade at the seam
 MIN_FIRST_SPEECH_FRAMES = 16  # 0.2 s: the first window holds at least this much speech
 SPEED_MARGIN = 1.25  # the second window must be ready with this much time to spare
+WORD_SNAP_FRAMES = 12  # the seam moves up to 0.15 s later to fall between words
+DURATION_FRAMES = 2  # the text side's durations count 40 ms: two generator frames
+# Kokoro's vocabulary: punctuation marks are ids 1-15, the space 16 (kokoro_onnx's DEFAULT_VOCAB).
+WORD_BOUNDARY_TOKENS = frozenset(range(1, 17))
 
 # Tensor names in Kokoro-82M v1.0's ONNX export (the int8 graph from PyPI and its rewrite alike).
 _FEATURES = "/decoder/decoder/decode.3/Div_4_output_0"  # last decoder block: the generator's input
@@ -142,13 +152,25 @@ def split_models(source: Path) -> tuple[Any, Any]:
 
 
 @dataclass(frozen=True)
+class VocoderSpeed:
+    """What one vocoder call costs on this machine: the window plan's cost model."""
+
+    seconds_per_frame: float
+    seconds_per_call: float = 0.0
+
+    def seconds(self, frames: int) -> float:
+        return self.seconds_per_call + self.seconds_per_frame * frames
+
+
+@dataclass(frozen=True)
 class TextSide:
     """What the text side gives for one batch of tokens."""
 
-    durations: NDArray[np.int64]  # frames per token, the boundary pads included
+    durations: NDArray[np.int64]  # 40 ms units per token, the boundary pads included
     features: NDArray[np.float32]
     f0: NDArray[np.float32]
     phase: NDArray[np.float32]
+    tokens: NDArray[np.int64] | None = None  # the ids the durations belong to, pads included
 
     @property
     def frames(self) -> int:
@@ -156,58 +178,85 @@ class TextSide:
 
     @property
     def leading_silence_frames(self) -> int:
-        """The leading pad token's frames (its durations count 40 ms frames: two of ours)."""
-        return int(self.durations.ravel()[0]) * 2
+        """The leading pad token's frames."""
+        return int(self.durations.ravel()[0]) * DURATION_FRAMES
+
+    def boundaries(self) -> tuple[list[int], list[int]]:
+        """Frames where a token begins, inside the chunk: ``(phoneme, word)`` boundaries, the
+        second those where a space or a punctuation token begins."""
+        starts = np.cumsum(self.durations.ravel()) * DURATION_FRAMES
+        starts = [int(s) for s in starts[:-1]]  # token i+1 begins where token i ends
+        tokens = self.tokens.ravel()[1:] if self.tokens is not None else None
+        phonemes = [s for s in starts if 0 < s < self.frames]
+        words = [
+            s
+            for index, s in enumerate(starts)
+            if 0 < s < self.frames and tokens is not None and index < len(tokens)
+            and int(tokens[index]) in WORD_BOUNDARY_TOKENS
+        ]  # fmt: skip
+        return phonemes, words
 
 
-def window_plan(frames: int, lead: int, seconds_per_frame: float) -> list[tuple[int, int]]:
+def window_plan(
+    frames: int,
+    lead: int,
+    speed: VocoderSpeed,
+    phoneme_starts: Sequence[int] = (),
+    word_starts: Sequence[int] = (),
+) -> list[tuple[int, int]]:
     """Consecutive ``(start, end)`` frame ranges covering ``[0, frames)``: two, or one when two
     would not bring the first audio forward.
 
     The first window is as short as it can be while the second, decoded as the first plays, is
-    ready before it has played out: its speech lasts ``first`` frames of 12.5 ms and the second
-    costs ``seconds_per_frame`` (the vocoder's measured speed) for each of its frames and context.
+    ready before it has played out: its speech lasts ``first`` frames of 12.5 ms, and the second
+    costs ``speed`` for its frames and context. The cut then moves to the next word start within
+    ``WORD_SNAP_FRAMES``, else to the next phoneme start (later is safe: the first window only
+    grows), as long as the second window keeps its two contexts' worth of frames.
     """
     audio_per_frame = SAMPLES_PER_FRAME / SAMPLE_RATE
-    cost = SPEED_MARGIN * seconds_per_frame
-    first = math.ceil(cost * (frames - lead + CONTEXT_FRAMES) / (audio_per_frame + cost))
-    first = max(first, MIN_FIRST_SPEECH_FRAMES)
-    if frames - (lead + first) < 2 * CONTEXT_FRAMES:
+    per_frame = SPEED_MARGIN * speed.seconds_per_frame
+    fixed = SPEED_MARGIN * (speed.seconds_per_call + speed.seconds_per_frame * CONTEXT_FRAMES)
+    first = math.ceil((fixed + per_frame * (frames - lead)) / (audio_per_frame + per_frame))
+    cut = lead + max(first, MIN_FIRST_SPEECH_FRAMES)
+    latest = frames - 2 * CONTEXT_FRAMES
+    if cut > latest:
         return [(0, frames)]
-    return [(0, lead + first), (lead + first, frames)]
+    words = [s for s in word_starts if cut <= s <= min(latest, cut + WORD_SNAP_FRAMES)]
+    phonemes = [s for s in phoneme_starts if cut <= s <= latest]
+    cut = words[0] if words else phonemes[0] if phonemes else cut
+    return [(0, cut), (cut, frames)]
 
 
 class StreamedVocoder:
     """Runs the two halves of the split: the text side whole, the vocoder whole or in windows."""
 
-    def __init__(self, text_side: Any, vocoder: Any) -> None:
+    def __init__(self, text_side: Any, vocoder: Any, speed: VocoderSpeed) -> None:
         self.text_side_session = text_side
         self.vocoder_session = vocoder
-        # Seconds of vocoder time per frame, measured on every whole decode (the engine warms up
-        # with one); until then, what a 2-core CPU takes.
-        self.seconds_per_frame = 0.003
+        self.speed = speed  # the machine's, from the engine's tuning record: fixed for its life
 
     def text_side(self, inputs: dict[str, NDArray[Any]]) -> TextSide:
         durations, features, f0, phase = self.text_side_session.run(None, inputs)
-        return TextSide(durations, features, f0, phase)
+        return TextSide(durations, features, f0, phase, inputs.get("tokens"))
+
+    def plan(self, text: TextSide) -> list[tuple[int, int]]:
+        phonemes, words = text.boundaries()
+        return window_plan(text.frames, text.leading_silence_frames, self.speed, phonemes, words)
 
     def whole(self, text: TextSide, style: NDArray[np.float32]) -> NDArray[np.float32]:
         """The chunk decoded in one call: the one-shot graph's samples exactly."""
-        started = time.perf_counter()
-        audio = self._decode(text, style, 0, text.frames)
-        self.seconds_per_frame = (time.perf_counter() - started) / text.frames
-        return audio
+        return self.decode(text, style, 0, text.frames)
 
     def windows(self, text: TextSide, style: NDArray[np.float32]) -> Iterator[NDArray[np.float32]]:
         """The chunk's audio, a window at a time; concatenated, as long as ``whole``'s."""
-        plan = window_plan(text.frames, text.leading_silence_frames, self.seconds_per_frame)
+        plan = self.plan(text)
         half_fade = FADE_SAMPLES // 2
         held: NDArray[np.float32] | None = None  # the last window's side of the next seam
         for index, (start, end) in enumerate(plan):
             first, last = index == 0, index == len(plan) - 1
             lo = max(0, start - CONTEXT_FRAMES)
             hi = min(text.frames, end + LOOKAHEAD_FRAMES)
-            audio = self._decode(text, style, lo, hi)
+            audio = self.decode(text, style, lo, hi)
             # Keep this window's frames, plus half a fade on each side of a seam.
             begin = (start - lo) * SAMPLES_PER_FRAME - (0 if first else half_fade)
             stop = (end - lo) * SAMPLES_PER_FRAME + (0 if last else half_fade)
@@ -220,9 +269,10 @@ class StreamedVocoder:
                 piece, held = piece[:-FADE_SAMPLES], piece[-FADE_SAMPLES:]
             yield piece
 
-    def _decode(
+    def decode(
         self, text: TextSide, style: NDArray[np.float32], lo: int, hi: int
     ) -> NDArray[np.float32]:
+        """The vocoder over frames ``[lo, hi)`` of the chunk, its harmonic phase carried in."""
         offset = text.phase[:, lo - 1 : lo, :] if lo > 0 else np.zeros_like(text.phase[:, :1, :])
         feed = {
             _FEATURES: text.features[..., lo:hi],

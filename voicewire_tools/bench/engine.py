@@ -1,7 +1,7 @@
 """``voicewire bench engine``: the CPU engine's own time per chunk, and what the speed costs.
 
-    uv run voicewire bench engine [--part rewrite|streamed|all] [--rounds 6] [--voice af_heart]
-                                  [--profile] [--json PATH]
+    uv run voicewire bench engine [--part rewrite|streamed|all] [--rounds 6] [--runs 10]
+                                  [--voice af_heart] [--profile] [--json PATH]
 
 **rewrite** loads three graphs of Kokoro-82M in one process (``speech_server.model_rewrite``):
 
@@ -16,21 +16,25 @@ frames) and correlation of ``fast`` against ``original``, next to ``float`` agai
 (what dequantizing alone changes) and ``fast`` against ``float`` (what the 2-D form changes). The
 check passes when ``fast`` is no further from ``original`` than ``float`` is, within 1%.
 
-**streamed** times a chunk's first audio from the engine, decoded whole against streamed
-(``speech_server.streamed_vocoder``: the first vocoder window sent before the rest is decoded),
-then checks the streamed audio against the whole decode, for the three texts in four English
-voices: the log-mel correlation of the heard audio (target: at least 0.98), the seam and the
-playback. The seam's *prominence* is the log-mel distance to the whole decode of the frames
-over it, over the farthest frame of the quarter second on either side: the seam stands out from
-the frames around it above 1 (a 2 ms click scores over 3). Its *rank* says the same against the
-chunk's other places (the same figure every 4 frames): the share of them less prominent than
-the seam (the two windows' renderings differ a little everywhere). The playback
+**streamed** runs the engine as the server does (``--graph auto``: the graph this machine's
+tuning record chose, ``speech_server.engine_tuning``). It times a chunk's first audio from the
+engine, decoded whole against streamed (``speech_server.streamed_vocoder``: the first vocoder
+window sent before the rest is decoded), and splits the streamed first audio into its text side
+and its first window. Then it checks the streamed audio against the whole decode, for the three
+texts in four English voices, each streamed ``--runs`` times: every run must give the same bytes
+(the window plan comes from the tuning record, never a live timing), and the check must pass on
+every run. What it checks: the log-mel correlation of the heard audio (target: at least 0.98),
+the seam and the playback. The seam's *prominence* is the log-mel distance to the whole decode
+of the frames over it, over the farthest frame of the quarter second on either side: the seam
+stands out from the frames around it above 1 (a 2 ms click scores over 3). Its *rank* says the
+same against the chunk's other places (the same figure every 4 frames): the share of them less
+prominent than the seam (the two windows' renderings differ a little everywhere). The playback
 passes if the second window is decoded before the first has played (no stall). Last, an open
 recognizer (``bench.recognizer``) counts its word errors on the whole decode and on the streamed
 audio: the streamed audio may not cost more words than the recognizer's own jitter (its errors
 on the whole decode with -60 dB of noise added, at least 2).
 
-``--profile`` then runs the 5-word text through the fast graph under onnxruntime's profiler and
+``--profile`` then runs the 5-word text through the chosen graph under onnxruntime's profiler and
 prints where the time goes: by part of the model (text side, the decoder's generator...) and by
 operator type.
 """
@@ -38,6 +42,7 @@ operator type.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import statistics
 import tempfile
@@ -49,11 +54,13 @@ from typing import Any
 import numpy as np
 import onnx
 
+from speech_server.engine_tuning import describe
 from speech_server.engines.onnx_engine import KokoroOnnxEngine
 from speech_server.model_assets import bundled_model_path
 from speech_server.model_rewrite import dequantize, fast_model_path
 from speech_server.official_voices import official_voices_path
-from speech_server.streamed_vocoder import SAMPLES_PER_FRAME, window_plan
+from speech_server.settings import EngineSettings
+from speech_server.streamed_vocoder import SAMPLES_PER_FRAME
 from voicewire_tools.bench.audio_similarity import (
     frame_distances,
     heard_span,
@@ -96,7 +103,8 @@ RUNS_TURNS = False  # no stack: --url does not apply
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--part", choices=["rewrite", "streamed", "all"], default="all")
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--profile", action="store_true", help="also profile the fast graph")
+    parser.add_argument("--runs", type=int, default=10, help="streamed runs per text and voice")
+    parser.add_argument("--profile", action="store_true", help="also profile the chosen graph")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -111,12 +119,17 @@ def run(args: argparse.Namespace) -> None:
     if args.part in ("rewrite", "all"):
         figures["rewrite"], ok = rewrite(original, voices, args.voice, args.rounds)
         passed &= ok
+    engine = KokoroOnnxEngine.from_settings(EngineSettings(voice=args.voice))
+    figures["machine"]["graph"] = engine.graph
+    if engine.tuning is not None:
+        figures["tuning"] = engine.tuning.model_dump(mode="json")
+        print(describe(engine.tuning), f"(measured {engine.tuning.measured_at})")
     if args.part in ("streamed", "all"):
-        engine = KokoroOnnxEngine.load(fast_model_path(original), voices, args.voice)
-        figures["streamed"], ok = streamed(engine, args.voice, args.rounds)
+        figures["streamed"], ok = streamed(engine, args.voice, args.rounds, runs=args.runs)
         passed &= ok
     if args.profile:
-        profile(fast_model_path(original), voices, args.voice, TEXTS["5 words"], args.rounds)
+        chosen = fast_model_path(original) if engine.graph == "fast" else original
+        profile(chosen, voices, args.voice, TEXTS["5 words"], args.rounds)
     write_json(figures, getattr(args, "json", None))
     if not passed:
         raise RuntimeError("a check failed (see above)")
@@ -170,15 +183,21 @@ def rewrite(original: Path, voices: Path, voice: str, rounds: int) -> tuple[dict
 
 
 def streamed(
-    engine: KokoroOnnxEngine, voice: str, rounds: int, voices: tuple[str, ...] = QUALITY_VOICES
+    engine: KokoroOnnxEngine,
+    voice: str,
+    rounds: int,
+    voices: tuple[str, ...] = QUALITY_VOICES,
+    runs: int = 10,
 ) -> tuple[dict[str, Any], bool]:
-    """First audio whole vs streamed, then the streamed audio against the whole decode."""
-    assert engine.vocoder is not None, "the fast graph splits"
+    """First audio whole vs streamed (and the streamed first audio's split), then the streamed
+    audio against the whole decode, ``runs`` times per text and voice."""
+    assert engine.vocoder is not None, "the engine's graph splits"
     print(f"\nthe streamed vocoder: voice {voice}, {rounds} rounds, medians")
-    print(f"{'text':>9} | {'whole: first audio':>18} | {'streamed: first audio':>21} | total")
+    print(f"{'text':>9} | {'whole: first audio':>18} | {'streamed: first audio':>21} | "
+          "= text side + first window | all audio")  # fmt: skip
     figures: dict[str, Any] = {"first_audio": {}, "quality": []}
     for label, text in TEXTS.items():
-        whole, first, total = [], [], []
+        whole, first, total, text_side, window = [], [], [], [], []
         for _ in range(rounds):
             started = time.perf_counter()
             engine.synthesize(text, voice, 1.0)
@@ -190,34 +209,57 @@ def streamed(
             for _ in pieces:
                 pass
             total.append((time.perf_counter() - started) * 1000)
+            side_ms, window_ms = first_audio_split(engine, text, voice)
+            text_side.append(side_ms)
+            window.append(window_ms)
+        side, _ = next(engine.text_sides(text, voice, 1.0))
+        plan = engine.vocoder.plan(side)
         row = {
             "whole_ms": statistics.median(whole),
             "streamed_first_ms": statistics.median(first),
             "streamed_total_ms": statistics.median(total),
+            "text_side_ms": statistics.median(text_side),
+            "first_window_ms": statistics.median(window),
+            "frames": side.frames,
+            "first_window_frames": plan[0][1],
         }
         figures["first_audio"][label] = row
         print(
             f"{label:>9} | {row['whole_ms']:16.0f}ms | {row['streamed_first_ms']:19.0f}ms | "
+            f"{row['text_side_ms']:6.0f} ms + {row['first_window_ms']:4.0f} ms "
+            f"({row['first_window_frames']}/{row['frames']} frames) | "
             f"{row['streamed_total_ms']:.0f} ms ({row['streamed_total_ms'] / row['whole_ms']:.2f}x"
             " the whole decode)"
         )
     print("audio, streamed against whole (heard log-mel correlation; seam: its distance over the")
     print("farthest frame's around it, and its rank among the other places of the chunk;")
-    print("stall: playback waiting for the second window):")
+    print(f"stall: playback waiting for the second window; runs: passed / identical bytes of "
+          f"{runs}):")  # fmt: skip
     passed = True
     for label, text in TEXTS.items():
         for quality_voice in voices:
-            check = compare_streamed(engine, text, quality_voice)
-            check.update(text=label, voice=quality_voice)
+            checks = [compare_streamed(engine, text, quality_voice) for _ in range(max(1, runs))]
+            digests = {check.pop("digest") for check in checks}
+            oks = [
+                check["correlation"] >= CORRELATION_TARGET
+                and check["seam"] <= 1.0
+                and check["stall_ms"] == 0
+                for check in checks
+            ]
+            check = checks[0] | {"stall_ms": max(c["stall_ms"] for c in checks)}
+            check.update(
+                text=label, voice=quality_voice, runs=len(checks), runs_passed=sum(oks),
+                identical=len(digests) == 1,
+            )  # fmt: skip
             figures["quality"].append(check)
-            ok = check["correlation"] >= CORRELATION_TARGET and check["seam"] <= 1.0
-            ok &= check["stall_ms"] == 0
+            ok = all(oks) and check["identical"]
             passed &= ok
             print(
                 f"{label:>9} {quality_voice:<10} windows {check['windows']}: correlation "
                 f"{check['correlation']:.4f}, seam {check['seam']:.2f} (rank "
-                f"{check['seam_rank']:.2f}), stall "
-                f"{check['stall_ms']:.0f} ms {'ok' if ok else 'FAILED'}"
+                f"{check['seam_rank']:.2f}), stall {check['stall_ms']:.0f} ms, runs "
+                f"{sum(oks)}/{'same' if check['identical'] else 'DIFFERENT'} of {len(checks)} "
+                f"{'ok' if ok else 'FAILED'}"
             )
     recognized = recognizer_check(engine, voices)
     figures["recognizer"] = recognized
@@ -291,14 +333,22 @@ def seam_rank(audio: np.ndarray, whole: np.ndarray, seam: int, sample_rate: int)
     return float(np.mean(np.array(places) < prominence(distances, seam, sample_rate)))
 
 
+def first_audio_split(engine: KokoroOnnxEngine, text: str, voice: str) -> tuple[float, float]:
+    """The streamed first audio's two parts (ms): the text side, then the first window."""
+    assert engine.vocoder is not None
+    started = time.perf_counter()
+    text_side, style = next(engine.text_sides(text, voice, 1.0))
+    text_done = time.perf_counter()
+    next(engine.vocoder.windows(text_side, style))
+    return (text_done - started) * 1000, (time.perf_counter() - text_done) * 1000
+
+
 def compare_streamed(engine: KokoroOnnxEngine, text: str, voice: str) -> dict[str, Any]:
     """One chunk streamed against its whole decode; playback timed from the first piece."""
     assert engine.vocoder is not None
     text_side, style = next(engine.text_sides(text, voice, 1.0))
     whole = engine.vocoder.whole(text_side, style)
-    plan = window_plan(
-        text_side.frames, text_side.leading_silence_frames, engine.vocoder.seconds_per_frame
-    )
+    plan = engine.vocoder.plan(text_side)
     started = time.perf_counter()
     pieces, arrivals = [], []
     for piece in engine.vocoder.windows(text_side, style):
@@ -318,6 +368,7 @@ def compare_streamed(engine: KokoroOnnxEngine, text: str, voice: str) -> dict[st
         seam_share = seam_rank(audio, whole, seam, engine.sample_rate)
     return {
         "windows": len(plan),
+        "digest": hashlib.sha256(audio.tobytes()).hexdigest(),
         "correlation": log_mel_correlation(audio[heard], whole[heard]),
         "seam": seam_ratio,
         "seam_rank": seam_share,

@@ -4,18 +4,9 @@ from __future__ import annotations
 
 import os
 import platform
-from pathlib import Path
 from typing import Any
 
-
-def cpu_model() -> str:
-    """The CPU's model name (Linux's /proc/cpuinfo), or the platform's processor string."""
-    with_info = Path("/proc/cpuinfo")
-    if with_info.is_file():
-        for line in with_info.read_text(errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
+from speech_server.cpu_identity import cpu_model
 
 
 def describe_machine(speech: dict[str, Any] | None = None) -> dict[str, Any]:

