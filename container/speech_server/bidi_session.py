@@ -29,6 +29,7 @@ from typing import Literal
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from speech_server.chunk_schedule import PlaybackClock
 from speech_server.drain import GOING_AWAY, GOING_AWAY_REASON, Drain, Ending
 from speech_server.synthesis import SynthesisStats, Synthesizer
 from voicewire.speech_protocol import (
@@ -89,6 +90,9 @@ class BidiSession:
         self._pending: dict[str, PendingRequest] = {}
         self._request_numbers = itertools.count(1)
         self.drain = Drain.of(websocket.app)
+        # The listener's queue across this session's requests: a pipeline's next sentence is made
+        # in time for the end of the one before (speech_server.chunk_schedule).
+        self.clock = PlaybackClock()
         self.ending: Ending | None = None  # decided by the drain's idle close or cut
         self._cut = asyncio.Event()
 
@@ -251,6 +255,7 @@ class BidiSession:
             fast_start=request.fast_start,
             cancelled=pending.cancelled,
             stats=stats,
+            clock=self.clock,
         )
         try:
             while True:

@@ -6,12 +6,14 @@ only make both slower; a single thread also keeps engines that are not thread-sa
 
 For each request a producer task walks the chunk plan on that thread, up to ``lookahead`` pieces
 ahead of the consumer, while the consumer (the WebSocket or HTTP response) sends the frames of the
-piece before. A request's first chunk comes from the engine's ``synthesize_stream``, a piece at a
-time (the ONNX engine's first vocoder window leaves before the rest is decoded), when the
-request asks for a fast start: the listener waits for it. Later chunks, and requests without a
-fast start (a pipeline's later sentences, synthesized while earlier audio plays), are decoded
-whole: there the seam and its ~30% more vocoder work would buy nothing. Cancellation is seen
-between frames; a piece already on the thread finishes there and its audio is dropped.
+piece before. A chunk comes from the engine's ``synthesize_stream``, a piece at a time (the ONNX
+engine's first vocoder window leaves before the rest is decoded), when the listener would
+otherwise wait for it: a fast-start request's first chunk, and any chunk that, decoded whole,
+would not be ready before the audio ahead of it has played (``speech_server.chunk_schedule``,
+from the engine's measured speed and the session's playback clock). The others (a pipeline's
+later sentences, synthesized while earlier audio plays) are decoded whole: there the seam and its
+~30% more vocoder work would buy nothing. Cancellation is seen between frames; a piece already on
+the thread finishes there and its audio is dropped.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speech_server.chunk_plan import pause_after, plan_chunks
+from speech_server.chunk_schedule import ChunkSchedule, PlaybackClock
 from speech_server.engines import SpeechEngine
 from voicewire.speech_protocol import SAMPLE_WIDTH, CompletionStatus, SynthesisComplete
 
@@ -86,6 +89,9 @@ class Synthesizer:
         self.engine = engine
         self.lookahead = lookahead
         self.frame_bytes = int(engine.sample_rate * FRAME_SECONDS) * SAMPLE_WIDTH
+        # An engine that measured its speed on this machine says so; one that does not (the
+        # torch engine on a GPU, a test's stand-in) is taken as keeping up with playback.
+        self.schedule = ChunkSchedule(getattr(engine, "real_time_factor", None))
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synthesis")
         # Seconds the synthesis thread has spent in the engine: what loads an instance
         # (speech_server.load_metrics). Written by that one thread only.
@@ -103,21 +109,29 @@ class Synthesizer:
         fast_start: bool = True,
         cancelled: asyncio.Event | None = None,
         stats: SynthesisStats | None = None,
+        clock: PlaybackClock | None = None,
     ) -> AsyncGenerator[bytes]:
         """Yield s16le PCM frames of at most ``frame_bytes`` as soon as each chunk exists.
 
         ``fast_start``: the listener waits for this request's first audio, so its first chunk is
-        cut short (``chunk_plan``) and comes from the engine a piece at a time.
+        cut short (``chunk_plan``) and comes from the engine a piece at a time. Without it, the
+        request is cut and streamed the same way only when ``clock`` (the session's audio still
+        to play) says its first chunk would otherwise come after that audio has run out.
 
         Raises whatever the engine raised; stops early, without raising, once ``cancelled`` is set.
         """
         cancelled = cancelled or asyncio.Event()
         stats = stats or SynthesisStats()
-        chunks = plan_chunks(text, fast_start=fast_start)
+        clock = clock or PlaybackClock()
+        schedule = self.schedule
+        if not fast_start:
+            whole = plan_chunks(text, fast_start=False)
+            fast_start = bool(whole) and schedule.needs_fast_start(whole[0], speed, clock)
+        chunks = plan_chunks(text, fast_start=fast_start, policy=schedule.policy)
         stats.chunks = len(chunks)
         ready: asyncio.Queue[bytes | BaseException | _End] = asyncio.Queue(self.lookahead)
         producer = asyncio.create_task(
-            self._produce(chunks, voice, speed, ready, cancelled, fast_start)
+            self._produce(chunks, voice, speed, ready, cancelled, fast_start, clock)
         )
         try:
             while not cancelled.is_set():
@@ -136,6 +150,8 @@ class Synthesizer:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await producer
+            if cancelled.is_set():
+                clock.stop()  # what was made and not sent is never played
 
     async def _produce(
         self,
@@ -145,17 +161,21 @@ class Synthesizer:
         ready: asyncio.Queue[bytes | BaseException | _End],
         cancelled: asyncio.Event,
         fast_start: bool,
+        clock: PlaybackClock,
     ) -> None:
         loop = asyncio.get_running_loop()
+        bytes_per_second = SAMPLE_WIDTH * self.engine.sample_rate
         try:
             for index, chunk in enumerate(chunks):
-                pieces = self._render(chunk, voice, speed, streamed=fast_start and index == 0)
+                streamed = (fast_start and index == 0) or self.schedule.streams(chunk, speed, clock)
+                pieces = self._render(chunk, voice, speed, streamed=streamed)
                 # One engine step per call on the synthesis thread, so a cancel or another
                 # request's chunk waits for one vocoder window at most.
                 while not cancelled.is_set():
                     pcm = await loop.run_in_executor(self._executor, self._step, pieces)
                     if pcm is None:
                         break
+                    clock.add(len(pcm) / bytes_per_second)
                     await ready.put(pcm)
                 if cancelled.is_set():
                     return

@@ -34,6 +34,11 @@ ANSWERS = {  # the replayed recording each prompt selects (events/llm/README.md)
     "four_sentences": "Why does streaming make voice agents feel faster?",
     "default": "Tell me something about the weather.",
 }
+RECORDINGS = {  # every spoken recording: bench stalls runs them all
+    "short": "Hello, who are you?",
+    **ANSWERS,
+    "long_markdown": "What are the steps of the release?",
+}
 TARGETS = (("seed_bidi", 2.0), ("seed_batch", 5.0))  # bidi at least this many times sooner
 
 
@@ -54,7 +59,8 @@ async def run_trials(url: ConnectionUrl, stack: Any, answers: list[str], trials:
             for mode in modes:
                 if stack is not None:
                     stack.use_baseline(MODES[mode].baseline)
-                message = {"action": "ask", "prompt": ANSWERS[answer], "mode": MODES[mode].ask_mode}
+                prompt = RECORDINGS[answer]
+                message = {"action": "ask", "prompt": prompt, "mode": MODES[mode].ask_mode}
                 result = await run_turn(url, message)
                 if result.status != "complete":
                     raise RuntimeError(f"{mode} ended {result.status}: {result.errors}")
@@ -70,7 +76,7 @@ async def run_trials(url: ConnectionUrl, stack: Any, answers: list[str], trials:
 def report(results: Trials, machine: dict[str, Any], trials: int) -> dict[str, Any]:
     answers = {
         answer: {
-            "prompt": ANSWERS[answer],
+            "prompt": RECORDINGS[answer],
             "modes": {mode: turn_figures(turns) for mode, turns in modes.items()},
         }
         for answer, modes in results.items()

@@ -31,6 +31,9 @@ class SpeechEngine(Protocol):
     sample_rate: int
     voices: frozenset[str]
     default_voice: str
+    # Engine time over audio time on this machine, measured (None: not measured, taken as
+    # keeping up); the chunk schedule sizes and streams chunks by it.
+    real_time_factor: float | None
 
     def synthesize(self, text: str, voice: str, speed: float) -> NDArray[np.float32]:
         """Speak one chunk; audio in [-1, 1], untrimmed. Blocking: run it off the event loop."""

@@ -47,6 +47,9 @@ class KokoroTorchEngine:
     device: str = "cpu"
     name: str = "torch"
     sample_rate: int = SAMPLE_RATE
+    # Not measured: on a GPU the engine is ~50x faster than playback, so the chunk schedule
+    # takes it as keeping up (speech_server.chunk_schedule).
+    real_time_factor: float | None = None
 
     @property
     def voices(self) -> frozenset[str]:

@@ -1,0 +1,113 @@
+"""When each chunk's audio must exist, and how the synthesis layer makes it in time.
+
+``chunk_plan`` cuts a text into chunks by its words; this module decides, from the engine's
+measured speed (``speech_server.engine_tuning``: its real-time factor on this machine), how each
+chunk is made so that the listener never waits once the audio has started:
+
+- the **playback clock** (``PlaybackClock``) follows what the listener has queued: every piece
+  of audio made plays after the one before it, from when it is made (a listener plays frames as
+  they arrive). ``ahead()`` is how much is still to play. A session keeps one clock across its
+  requests, so a pipeline's next sentence knows how much of the previous one is left;
+- a chunk is **decoded whole** when its estimated synthesis time, with ``SAFETY`` to spare, fits
+  in what is ahead; else it is **streamed** (``streamed_vocoder``: its first window is out after
+  about ``STREAMED_FIRST_SHARE`` of that time); and a request whose first chunk would come too
+  late even streamed is **cut like a fast start** (its first clause first, ``chunk_plan``);
+- later chunks of a request grow by what the engine can afford (``policy_for``): at a real-time
+  factor ``r``, a chunk ``g`` times longer than the one before costs about ``g * r`` of its
+  audio, so the growth is ``GROWTH_BUDGET / r``, within ``[MIN_GROWTH, MAX_GROWTH]``.
+
+The estimate of a text's audio is by its characters (``CHARS_PER_SECOND``, Kokoro v1.0 in
+English at speed 1, plus the ``UNHEARD_SECONDS`` of silence the engine makes and the synthesis
+layer trims): a rough figure, which is why there is ``SAFETY``. An engine with no measured speed
+(the torch engine on a GPU, ~50x faster than real time) is taken as keeping up: its chunks follow
+the request's ``fast_start`` alone, as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from speech_server.chunk_plan import DEFAULT_POLICY, ChunkPolicy
+
+# Kokoro v1.0 speaks English at ~16.8 characters per second at speed 1, and its audio carries
+# ~0.5 s of silence at the ends (measured: 32 characters -> 2.40 s, 72 -> 4.78 s of audio).
+CHARS_PER_SECOND = 16.0
+UNHEARD_SECONDS = 0.5
+SAFETY = 1.3  # the estimate is by characters: leave this much to spare
+STREAMED_FIRST_SHARE = 0.6  # a streamed chunk's first window, as a share of its whole decode
+LISTENING_GRACE_SECONDS = 0.5  # this soon after the audio ran out, the listener still waits
+GROWTH_BUDGET = 0.6  # each later chunk may cost this share of the audio before it
+MIN_GROWTH, MAX_GROWTH = 1.25, 3.0
+
+
+class PlaybackClock:
+    """What the listener has queued: each piece plays after the one before, from when it is
+    made (or at once, if the one before has finished)."""
+
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
+        self._now = now
+        self._playing_until: float | None = None
+
+    def add(self, seconds: float) -> None:
+        now = self._now()
+        start = now if self._playing_until is None else max(self._playing_until, now)
+        self._playing_until = start + seconds
+
+    def stop(self) -> None:
+        """Nothing more of what was queued will play (the request was cancelled)."""
+        self._playing_until = None
+
+    def ahead(self) -> float:
+        """Seconds of audio still to play."""
+        if self._playing_until is None:
+            return 0.0
+        return max(0.0, self._playing_until - self._now())
+
+    def listening(self) -> bool:
+        """Whether a listener is in the middle of this audio: it is playing, or ran out only
+        just now (the next piece would be heard as a stall, not as a new answer)."""
+        if self._playing_until is None:
+            return False
+        return self._now() < self._playing_until + LISTENING_GRACE_SECONDS
+
+
+@dataclass(frozen=True)
+class ChunkSchedule:
+    """How chunks are made in time, for an engine of the given real-time factor (None: an
+    engine that keeps up, made as the request's ``fast_start`` says)."""
+
+    real_time_factor: float | None
+
+    @property
+    def policy(self) -> ChunkPolicy:
+        return policy_for(self.real_time_factor)
+
+    def synthesis_seconds(self, text: str, speed: float) -> float:
+        """Estimated engine time to make ``text`` whole."""
+        audio = (len(text) / CHARS_PER_SECOND + UNHEARD_SECONDS) / speed
+        return (self.real_time_factor or 0.0) * audio
+
+    def streams(self, chunk: str, speed: float, clock: PlaybackClock) -> bool:
+        """Whether ``chunk`` must come a window at a time: made whole, it would not be ready
+        before the audio ahead of it has played."""
+        if self.real_time_factor is None or not clock.listening():
+            return False
+        return SAFETY * self.synthesis_seconds(chunk, speed) > clock.ahead()
+
+    def needs_fast_start(self, first_chunk: str, speed: float, clock: PlaybackClock) -> bool:
+        """Whether a request's first chunk would come too late even streamed: then it is cut
+        short like a fast start."""
+        if self.real_time_factor is None or not clock.listening():
+            return False
+        first_window = STREAMED_FIRST_SHARE * self.synthesis_seconds(first_chunk, speed)
+        return SAFETY * first_window > clock.ahead()
+
+
+def policy_for(real_time_factor: float | None) -> ChunkPolicy:
+    """The chunk plan's growth for an engine of this real-time factor."""
+    if real_time_factor is None or real_time_factor <= 0:
+        return DEFAULT_POLICY
+    growth = min(MAX_GROWTH, max(MIN_GROWTH, GROWTH_BUDGET / real_time_factor))
+    return replace(DEFAULT_POLICY, growth=round(growth, 2))

@@ -1,0 +1,147 @@
+"""The chunk schedule: the listener's playback clock, and chunks made in time by the engine's
+measured speed (streamed, or cut like a fast start, only when decoding whole would leave a
+silence). The synthesis-layer tests run the real model."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from speech_server.chunk_plan import DEFAULT_POLICY, plan_chunks
+from speech_server.chunk_schedule import (
+    LISTENING_GRACE_SECONDS,
+    MAX_GROWTH,
+    MIN_GROWTH,
+    ChunkSchedule,
+    PlaybackClock,
+    policy_for,
+)
+from speech_server.synthesis import Synthesizer
+
+
+class ManualTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_clock_plays_each_piece_after_the_one_before():
+    time = ManualTime()
+    clock = PlaybackClock(time)
+    assert clock.ahead() == 0 and not clock.listening()  # nothing played yet: nobody waits
+    clock.add(1.0)
+    time.now = 0.3
+    clock.add(0.5)  # queued behind the first: plays from 1.0 to 1.5
+    assert clock.ahead() == pytest.approx(1.2) and clock.listening()
+    time.now = 1.5 + LISTENING_GRACE_SECONDS / 2  # it ran out at 1.5: a silence, heard as one
+    assert clock.ahead() == 0 and clock.listening()
+    clock.add(0.25)  # plays at once, from now
+    assert clock.ahead() == pytest.approx(0.25)
+    time.now += 0.25 + LISTENING_GRACE_SECONDS + 0.01
+    assert not clock.listening()  # long over: the next request starts a new answer
+    clock.add(1.0)
+    clock.stop()  # cancelled: what was queued never plays
+    assert clock.ahead() == 0 and not clock.listening()
+
+
+def test_a_chunk_is_streamed_or_cut_only_when_whole_it_would_come_too_late():
+    time = ManualTime()
+    clock = PlaybackClock(time)
+    schedule = ChunkSchedule(real_time_factor=0.3)
+    sentence = "x" * 32  # 2 s of speech, 2.5 s with the engine's silences: 0.75 s to make
+    assert schedule.synthesis_seconds(sentence, 1.0) == pytest.approx(0.75)
+    assert schedule.synthesis_seconds(sentence, 2.0) == pytest.approx(0.375)
+    # Nobody is listening yet (a request's own start): as the request's fast_start says.
+    assert not schedule.streams(sentence, 1.0, clock)
+    assert not schedule.needs_fast_start(sentence, 1.0, clock)
+    clock.add(2.0)
+    assert not schedule.streams(sentence, 1.0, clock)  # 2 s ahead: decoded whole in time
+    time.now = 1.1  # 0.9 s ahead: too little for the whole decode, enough for a first window
+    assert schedule.streams(sentence, 1.0, clock)
+    assert not schedule.needs_fast_start(sentence, 1.0, clock)
+    time.now = 1.6  # 0.4 s ahead: even its first window would be late
+    assert schedule.needs_fast_start(sentence, 1.0, clock)
+    assert not ChunkSchedule(None).streams(sentence, 1.0, clock)  # an engine that keeps up
+
+
+def test_later_chunks_grow_by_what_the_engine_affords():
+    assert policy_for(None) == DEFAULT_POLICY
+    assert policy_for(0.3).growth == pytest.approx(2.0)
+    assert policy_for(0.1).growth == MAX_GROWTH and policy_for(0.9).growth == MIN_GROWTH
+    text = (
+        "Sure, here is the plan. We start with the tests, then the docs. After that the release "
+        "goes out to everyone who asked for it, and we watch the figures for a week."
+    )
+    slow, fast = (
+        plan_chunks(text, policy=policy_for(0.5)),
+        plan_chunks(text, policy=policy_for(0.2)),
+    )
+    assert " ".join(slow) == " ".join(fast) == " ".join(text.split())
+    assert slow[0] == fast[0] and len(slow) > len(fast)  # a slower engine: smaller steps
+
+
+class TimedEngine:
+    """The real engine, with the real-time factor this machine measured, noting each call."""
+
+    def __init__(self, engine, real_time_factor: float) -> None:
+        self._engine = engine
+        self.name, self.sample_rate = engine.name, engine.sample_rate
+        self.voices, self.default_voice = engine.voices, engine.default_voice
+        self.real_time_factor = real_time_factor
+        self.calls: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+
+    def synthesize(self, text, voice, speed):
+        self._note("whole", text)
+        return self._engine.synthesize(text, voice, speed)
+
+    def synthesize_stream(self, text, voice, speed):
+        self._note("streamed", text)
+        yield from self._engine.synthesize_stream(text, voice, speed)
+
+    def _note(self, kind: str, text: str) -> None:
+        with self._lock:
+            self.calls.append((kind, text))
+
+
+SENTENCE = "I'm voicewire, the voice of your agent."
+
+
+def speak_next_sentence(engine: TimedEngine, seconds_ahead: float) -> bytes:
+    """A pipeline's second sentence (no fast start), sent while the first's audio still has
+    ``seconds_ahead`` to play."""
+    clock = PlaybackClock()
+    clock.add(seconds_ahead)
+    synthesizer = Synthesizer(engine)
+
+    async def speak() -> bytes:
+        audio = b""
+        frames = synthesizer.pcm_frames(SENTENCE, "af_heart", 1.0, fast_start=False, clock=clock)
+        async for frame in frames:
+            audio += frame
+        return audio
+
+    try:
+        return asyncio.run(speak())
+    finally:
+        synthesizer.close()
+
+
+def test_the_next_sentence_is_decoded_whole_when_the_audio_ahead_covers_it(onnx_engine):
+    engine = TimedEngine(onnx_engine, real_time_factor=0.3)
+    audio = speak_next_sentence(engine, seconds_ahead=10.0)
+    assert engine.calls == [("whole", SENTENCE)]  # as the seed's pipeline made it
+    assert len(audio) > 24000 * 2
+
+
+def test_the_next_sentence_is_cut_and_streamed_when_the_listener_would_wait(onnx_engine):
+    engine = TimedEngine(onnx_engine, real_time_factor=0.3)
+    audio = speak_next_sentence(engine, seconds_ahead=0.05)
+    first_kind, first_text = engine.calls[0]
+    assert first_kind == "streamed" and first_text == "I'm voicewire,"  # its first clause
+    assert " ".join(text for _, text in engine.calls) == SENTENCE  # nothing dropped
+    assert len(audio) > 24000 * 2
