@@ -53,19 +53,23 @@ def test_a_chunk_is_streamed_or_cut_only_when_whole_it_would_come_too_late():
     clock = PlaybackClock(time)
     schedule = ChunkSchedule(real_time_factor=0.3)
     sentence = "x" * 32  # 2 s of speech, 2.5 s with the engine's silences: 0.75 s to make
-    assert schedule.synthesis_seconds(sentence, 1.0) == pytest.approx(0.75)
-    assert schedule.synthesis_seconds(sentence, 2.0) == pytest.approx(0.375)
+    assert schedule.synthesis_seconds(sentence, "af_heart", 1.0) == pytest.approx(0.75)
+    assert schedule.synthesis_seconds(sentence, "af_heart", 2.0) == pytest.approx(0.375)
     # Nobody is listening yet (a request's own start): as the request's fast_start says.
-    assert not schedule.streams(sentence, 1.0, clock)
-    assert not schedule.needs_fast_start(sentence, 1.0, clock)
+    assert not schedule.streams(sentence, "af_heart", 1.0, clock)
+    assert not schedule.needs_fast_start(sentence, "af_heart", 1.0, clock)
     clock.add(2.0)
-    assert not schedule.streams(sentence, 1.0, clock)  # 2 s ahead: decoded whole in time
+    assert not schedule.streams(
+        sentence, "af_heart", 1.0, clock
+    )  # 2 s ahead: decoded whole in time
     time.now = 1.1  # 0.9 s ahead: too little for the whole decode, enough for a first window
-    assert schedule.streams(sentence, 1.0, clock)
-    assert not schedule.needs_fast_start(sentence, 1.0, clock)
+    assert schedule.streams(sentence, "af_heart", 1.0, clock)
+    assert not schedule.needs_fast_start(sentence, "af_heart", 1.0, clock)
     time.now = 1.6  # 0.4 s ahead: even its first window would be late
-    assert schedule.needs_fast_start(sentence, 1.0, clock)
-    assert not ChunkSchedule(None).streams(sentence, 1.0, clock)  # an engine that keeps up
+    assert schedule.needs_fast_start(sentence, "af_heart", 1.0, clock)
+    assert not ChunkSchedule(None).streams(
+        sentence, "af_heart", 1.0, clock
+    )  # an engine that keeps up
 
 
 def test_later_chunks_grow_by_what_the_engine_affords():
@@ -95,6 +99,9 @@ class TimedEngine:
         self.calls: list[tuple[str, str]] = []
         self._lock = threading.Lock()
 
+    def estimated_audio_seconds(self, text, voice, speed):
+        return self._engine.estimated_audio_seconds(text, voice, speed)
+
     def synthesize(self, text, voice, speed):
         self._note("whole", text)
         return self._engine.synthesize(text, voice, speed)
@@ -111,7 +118,9 @@ class TimedEngine:
 SENTENCE = "I'm voicewire, the voice of your agent."
 
 
-def speak_next_sentence(engine: TimedEngine, seconds_ahead: float) -> bytes:
+def speak_next_sentence(
+    engine: TimedEngine, seconds_ahead: float, fast_start: bool = False
+) -> bytes:
     """A pipeline's second sentence (no fast start), sent while the first's audio still has
     ``seconds_ahead`` to play."""
     clock = PlaybackClock()
@@ -120,7 +129,9 @@ def speak_next_sentence(engine: TimedEngine, seconds_ahead: float) -> bytes:
 
     async def speak() -> bytes:
         audio = b""
-        frames = synthesizer.pcm_frames(SENTENCE, "af_heart", 1.0, fast_start=False, clock=clock)
+        frames = synthesizer.pcm_frames(
+            SENTENCE, "af_heart", 1.0, fast_start=fast_start, clock=clock
+        )
         async for frame in frames:
             audio += frame
         return audio
@@ -145,3 +156,31 @@ def test_the_next_sentence_is_cut_and_streamed_when_the_listener_would_wait(onnx
     assert first_kind == "streamed" and first_text == "I'm voicewire,"  # its first clause
     assert " ".join(text for _, text in engine.calls) == SENTENCE  # nothing dropped
     assert len(audio) > 24000 * 2
+
+
+def test_a_new_answer_starts_fast_whatever_the_clock_held(onnx_engine):
+    """A fast start is a new answer the listener waits for: 10 s still queued from the turn
+    before (that turn ended on this side while its audio played on) do not make it whole."""
+    engine = TimedEngine(onnx_engine, real_time_factor=0.3)
+    speak_next_sentence(engine, seconds_ahead=10.0, fast_start=True)
+    assert engine.calls[0] == ("streamed", "I'm voicewire,")
+
+
+def test_the_engine_estimates_a_texts_audio_by_its_sounds(onnx_engine):
+    """Numbers, versions and symbols say more than their characters: the phoneme estimate stays
+    near the real length where the character one falls far short."""
+    from speech_server.chunk_schedule import audio_seconds_by_characters
+
+    for text in (
+        "Your parcel arrives on Thursday.",
+        "1. The price drops from $29.99 to $24.99 per month, about 16.7% less.",
+        "Here is what changes in v2.3.1, shipping on Jan. 5 at 10:30 a.m.:",
+    ):
+        side, _ = next(onnx_engine.text_sides(text, "af_heart", 1.0))
+        real = side.frames / 80
+        estimate = onnx_engine.estimated_audio_seconds(text, "af_heart", 1.0)
+        assert estimate == pytest.approx(real, rel=0.2)
+        assert onnx_engine.estimated_audio_seconds(text, "af_heart", 2.0) == pytest.approx(
+            estimate / 2
+        )
+    assert audio_seconds_by_characters(text, "af_heart", 1.0) < 0.75 * real

@@ -16,24 +16,32 @@ chunk is made so that the listener never waits once the audio has started:
   factor ``r``, a chunk ``g`` times longer than the one before costs about ``g * r`` of its
   audio, so the growth is ``GROWTH_BUDGET / r``, within ``[MIN_GROWTH, MAX_GROWTH]``.
 
-The estimate of a text's audio is by its characters (``CHARS_PER_SECOND``, Kokoro v1.0 in
-English at speed 1, plus the ``UNHEARD_SECONDS`` of silence the engine makes and the synthesis
-layer trims): a rough figure, which is why there is ``SAFETY``. An engine with no measured speed
-(the torch engine on a GPU, ~50x faster than real time) is taken as keeping up: its chunks follow
-the request's ``fast_start`` alone, as before.
+The estimate of a text's audio comes from the engine when it can phonemize (the ONNX engine:
+``PHONEMES_PER_SECOND``, since "$29.99" or "v2.3.1" say many more sounds than they have
+characters), else from its characters (``CHARS_PER_SECOND``); both plus the
+``UNHEARD_SECONDS`` of silence the engine makes and the synthesis layer trims. A rough figure,
+which is why there is ``SAFETY``. An engine with no measured speed (the torch engine on a GPU,
+~50x faster than real time) is taken as keeping up: its chunks follow the request's
+``fast_start`` alone, as before.
+
+A request with ``fast_start`` starts a new answer: the listener waits for it, whatever the clock
+held (a turn that ended while its audio was still playing out, from this side's view), so the
+clock starts again with it.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from speech_server.chunk_plan import DEFAULT_POLICY, ChunkPolicy
 
-# Kokoro v1.0 speaks English at ~16.8 characters per second at speed 1, and its audio carries
-# ~0.5 s of silence at the ends (measured: 32 characters -> 2.40 s, 72 -> 4.78 s of audio).
+# Kokoro v1.0 speaks English at ~16.8 characters and ~17.5 espeak-ng phonemes per second at
+# speed 1, and its audio carries ~0.5 s of silence at the ends (measured: 32 characters, 34
+# phonemes -> 2.40 s; 72 characters, 75 phonemes -> 4.78 s of audio).
 CHARS_PER_SECOND = 16.0
+PHONEMES_PER_SECOND = 17.5
 UNHEARD_SECONDS = 0.5
 SAFETY = 1.3  # the estimate is by characters: leave this much to spare
 STREAMED_FIRST_SHARE = 0.6  # a streamed chunk's first window, as a share of its whole decode
@@ -73,35 +81,51 @@ class PlaybackClock:
         return self._now() < self._playing_until + LISTENING_GRACE_SECONDS
 
 
+AudioEstimate = Callable[[str, str, float], float]  # (text, voice, speed) -> seconds of audio
+
+
+def audio_seconds_by_characters(text: str, voice: str, speed: float) -> float:
+    """A text's audio, estimated by its characters (an engine that cannot phonemize)."""
+    return (len(text) / CHARS_PER_SECOND + UNHEARD_SECONDS) / speed
+
+
+def audio_seconds_by_phonemes(phonemes: int, speed: float) -> float:
+    """A text's audio, estimated by its espeak-ng phonemes."""
+    return (phonemes / PHONEMES_PER_SECOND + UNHEARD_SECONDS) / speed
+
+
 @dataclass(frozen=True)
 class ChunkSchedule:
     """How chunks are made in time, for an engine of the given real-time factor (None: an
-    engine that keeps up, made as the request's ``fast_start`` says)."""
+    engine that keeps up, made as the request's ``fast_start`` says). Call it where the engine
+    runs: the estimate may phonemize, and espeak-ng is not for two threads at once."""
 
     real_time_factor: float | None
+    estimate: AudioEstimate = field(default=audio_seconds_by_characters)
 
     @property
     def policy(self) -> ChunkPolicy:
         return policy_for(self.real_time_factor)
 
-    def synthesis_seconds(self, text: str, speed: float) -> float:
+    def synthesis_seconds(self, text: str, voice: str, speed: float) -> float:
         """Estimated engine time to make ``text`` whole."""
-        audio = (len(text) / CHARS_PER_SECOND + UNHEARD_SECONDS) / speed
-        return (self.real_time_factor or 0.0) * audio
+        return (self.real_time_factor or 0.0) * self.estimate(text, voice, speed)
 
-    def streams(self, chunk: str, speed: float, clock: PlaybackClock) -> bool:
+    def streams(self, chunk: str, voice: str, speed: float, clock: PlaybackClock) -> bool:
         """Whether ``chunk`` must come a window at a time: made whole, it would not be ready
         before the audio ahead of it has played."""
         if self.real_time_factor is None or not clock.listening():
             return False
-        return SAFETY * self.synthesis_seconds(chunk, speed) > clock.ahead()
+        return SAFETY * self.synthesis_seconds(chunk, voice, speed) > clock.ahead()
 
-    def needs_fast_start(self, first_chunk: str, speed: float, clock: PlaybackClock) -> bool:
+    def needs_fast_start(
+        self, first_chunk: str, voice: str, speed: float, clock: PlaybackClock
+    ) -> bool:
         """Whether a request's first chunk would come too late even streamed: then it is cut
         short like a fast start."""
         if self.real_time_factor is None or not clock.listening():
             return False
-        first_window = STREAMED_FIRST_SHARE * self.synthesis_seconds(first_chunk, speed)
+        first_window = STREAMED_FIRST_SHARE * self.synthesis_seconds(first_chunk, voice, speed)
         return SAFETY * first_window > clock.ahead()
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -29,7 +29,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from speech_server.chunk_plan import pause_after, plan_chunks
-from speech_server.chunk_schedule import ChunkSchedule, PlaybackClock
+from speech_server.chunk_schedule import (
+    ChunkSchedule,
+    PlaybackClock,
+    audio_seconds_by_characters,
+)
 from speech_server.engines import SpeechEngine
 from voicewire.speech_protocol import SAMPLE_WIDTH, CompletionStatus, SynthesisComplete
 
@@ -89,9 +93,13 @@ class Synthesizer:
         self.engine = engine
         self.lookahead = lookahead
         self.frame_bytes = int(engine.sample_rate * FRAME_SECONDS) * SAMPLE_WIDTH
-        # An engine that measured its speed on this machine says so; one that does not (the
-        # torch engine on a GPU, a test's stand-in) is taken as keeping up with playback.
-        self.schedule = ChunkSchedule(getattr(engine, "real_time_factor", None))
+        # An engine that measured its speed on this machine says so, and one that phonemizes
+        # estimates a text's audio by its sounds; one that does neither (the torch engine on a
+        # GPU, a test's stand-in) is taken as keeping up with playback.
+        self.schedule = ChunkSchedule(
+            getattr(engine, "real_time_factor", None),
+            getattr(engine, "estimated_audio_seconds", audio_seconds_by_characters),
+        )
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synthesis")
         # Seconds the synthesis thread has spent in the engine: what loads an instance
         # (speech_server.load_metrics). Written by that one thread only.
@@ -123,15 +131,11 @@ class Synthesizer:
         cancelled = cancelled or asyncio.Event()
         stats = stats or SynthesisStats()
         clock = clock or PlaybackClock()
-        schedule = self.schedule
-        if not fast_start:
-            whole = plan_chunks(text, fast_start=False)
-            fast_start = bool(whole) and schedule.needs_fast_start(whole[0], speed, clock)
-        chunks = plan_chunks(text, fast_start=fast_start, policy=schedule.policy)
-        stats.chunks = len(chunks)
+        if fast_start:
+            clock.stop()  # a new answer: the listener waits for it, whatever was queued before
         ready: asyncio.Queue[bytes | BaseException | _End] = asyncio.Queue(self.lookahead)
         producer = asyncio.create_task(
-            self._produce(chunks, voice, speed, ready, cancelled, fast_start, clock)
+            self._produce(text, voice, speed, ready, cancelled, fast_start, clock, stats)
         )
         try:
             while not cancelled.is_set():
@@ -155,20 +159,29 @@ class Synthesizer:
 
     async def _produce(
         self,
-        chunks: list[str],
+        text: str,
         voice: str,
         speed: float,
         ready: asyncio.Queue[bytes | BaseException | _End],
         cancelled: asyncio.Event,
         fast_start: bool,
         clock: PlaybackClock,
+        stats: SynthesisStats,
     ) -> None:
         loop = asyncio.get_running_loop()
         bytes_per_second = SAMPLE_WIDTH * self.engine.sample_rate
+        schedule = self.schedule
         try:
+            chunks, fast_start = await loop.run_in_executor(
+                self._executor, self._plan, text, voice, speed, fast_start, clock
+            )
+            stats.chunks = len(chunks)
             for index, chunk in enumerate(chunks):
-                streamed = (fast_start and index == 0) or self.schedule.streams(chunk, speed, clock)
-                pieces = self._render(chunk, voice, speed, streamed=streamed)
+
+                def streams(chunk: str = chunk, first: bool = index == 0) -> bool:
+                    return (fast_start and first) or schedule.streams(chunk, voice, speed, clock)
+
+                pieces = self._render(chunk, voice, speed, streams)
                 # One engine step per call on the synthesis thread, so a cancel or another
                 # request's chunk waits for one vocoder window at most.
                 while not cancelled.is_set():
@@ -186,6 +199,18 @@ class Synthesizer:
             return
         await ready.put(_END)
 
+    def _plan(
+        self, text: str, voice: str, speed: float, fast_start: bool, clock: PlaybackClock
+    ) -> tuple[list[str], bool]:
+        """Runs on the synthesis thread: the request's chunks, and whether it starts fast (it
+        asked, or its first chunk would otherwise come after the audio ahead has played)."""
+        if not fast_start:
+            whole = plan_chunks(text, fast_start=False)
+            fast_start = bool(whole) and self.schedule.needs_fast_start(
+                whole[0], voice, speed, clock
+            )
+        return plan_chunks(text, fast_start=fast_start, policy=self.schedule.policy), fast_start
+
     def _step(self, pieces: Iterator[bytes]) -> bytes | None:
         """Runs on the synthesis thread: the next piece, its engine time counted."""
         started = time.perf_counter()
@@ -194,12 +219,15 @@ class Synthesizer:
         finally:
             self.busy_seconds += time.perf_counter() - started
 
-    def _render(self, chunk: str, voice: str, speed: float, *, streamed: bool) -> Iterator[bytes]:
-        """Runs on the synthesis thread: model call, silence trim, pause, int16 conversion."""
+    def _render(
+        self, chunk: str, voice: str, speed: float, streams: Callable[[], bool]
+    ) -> Iterator[bytes]:
+        """Runs on the synthesis thread: model call (streamed if ``streams()`` says so when the
+        chunk's turn comes), silence trim, pause, int16 conversion."""
         engine = self.engine
         audio = (
             engine.synthesize_stream(chunk, voice, speed)
-            if streamed
+            if streams()
             else iter([engine.synthesize(chunk, voice, speed)])
         )
         trim = StreamedTrim(engine.sample_rate)

@@ -25,6 +25,7 @@ from kokoro_onnx.config import MAX_PHONEME_LENGTH
 from kokoro_onnx.session import create_session
 from numpy.typing import NDArray
 
+from speech_server.chunk_schedule import audio_seconds_by_phonemes
 from speech_server.engine_tuning import CandidateName, CandidateSpeed, EngineTuning, tuned
 from speech_server.engines.default_voice import choose_default_voice
 from speech_server.model_assets import ModelAssetError, bundled_model_path
@@ -140,6 +141,13 @@ class KokoroOnnxEngine:
             "streamed" if vocoder else "whole",
         )
         return engine
+
+    def estimated_audio_seconds(self, text: str, voice: str, speed: float) -> float:
+        """How long ``text`` will sound, by its espeak-ng phonemes (the chunk schedule's
+        estimate; ~0.3 ms). Blocking, on the engine's thread: espeak-ng is not thread-safe."""
+        lang = self.lang or describe_voice(voice).espeak
+        phonemes = " ".join(self.kokoro.tokenizer.phonemize(text, lang).split())
+        return audio_seconds_by_phonemes(len(phonemes), speed)
 
     def synthesize(self, text: str, voice: str, speed: float) -> NDArray[np.float32]:
         if self.vocoder is None:
