@@ -45,7 +45,7 @@ TARGETS = (("seed_bidi", 2.0), ("seed_batch", 5.0))  # bidi at least this many t
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--answers", default=",".join(ANSWERS), help="which answers, of: "
-                        + ", ".join(ANSWERS))  # fmt: skip
+                        + ", ".join(RECORDINGS))  # fmt: skip
 
 
 Trials = dict[str, dict[str, list[TurnResult]]]  # answer -> mode -> results
@@ -182,9 +182,9 @@ def speech_info(stack: Any) -> dict[str, Any] | None:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     answers = [a.strip() for a in args.answers.split(",") if a.strip()]
-    unknown = [a for a in answers if a not in ANSWERS]
+    unknown = [a for a in answers if a not in RECORDINGS]
     if unknown or not answers:
-        raise ValueError(f"unknown answers {unknown}; choose from {', '.join(ANSWERS)}")
+        raise ValueError(f"unknown answers {unknown}; choose from {', '.join(RECORDINGS)}")
     with target(args) as (url, stack):
         if stack is None:
             print("a stack given by --url cannot switch to the seed's pipeline: voicewire's "
