@@ -75,7 +75,7 @@ LOOKAHEAD_FRAMES = 40
 FADE_SAMPLES = 240  # 10 ms crossfade at the seam
 MIN_FIRST_SPEECH_FRAMES = 16  # 0.2 s: the first window holds at least this much speech
 SPEED_MARGIN = 1.5  # the second window must be ready with this much time to spare
-WORD_SNAP_FRAMES = 12  # the seam moves up to 0.15 s later to fall between words
+WORD_SNAP_FRAMES = 6  # the seam moves up to 75 ms later to fall between words
 DURATION_FRAMES = 2  # the text side's durations count 40 ms: two generator frames
 # Kokoro's vocabulary: punctuation marks are ids 1-15, the space 16 (kokoro_onnx's DEFAULT_VOCAB).
 WORD_BOUNDARY_TOKENS = frozenset(range(1, 17))
