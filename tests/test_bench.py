@@ -118,6 +118,37 @@ def test_playback_gaps_are_the_silences_after_the_first_audio():
     assert playback_gaps(turn) == [100]
 
 
+def test_stalls_reports_every_recording_and_judges_voicewires_modes(capsys):
+    from voicewire.turn_client import TimedEvent, TurnResult
+    from voicewire_tools.bench import stalls
+    from voicewire_tools.bench.ttfa import RECORDINGS
+
+    assert {"short", "default", "four_sentences", "long_markdown"} <= set(RECORDINGS)
+
+    def turn(*arrivals: float) -> TurnResult:
+        events = [TimedEvent(0.0, "sentence", {"text": "Hello there."})]
+        events += [TimedEvent(at, "audio", {"bytes": 200 * 48}) for at in arrivals]
+        return TurnResult(events=events)
+
+    clean, late = turn(100, 150, 200), turn(100, 500)  # the second: 200 ms of silence
+    machine = {"cpu": "AMD EPYC", "cores": 2, "python": "3.12"}
+
+    def judged(seed_bidi: TurnResult, bidi: TurnResult) -> tuple[bool, dict]:
+        data = {"machine": machine, "answers": {
+            name: stalls.report({"seed_bidi": [seed_bidi], "bidi": [bidi]}, machine)
+            for name in ("short", "long_markdown")
+        }}  # fmt: skip
+        return stalls.print_report(data), data
+
+    met, data = judged(seed_bidi=late, bidi=clean)
+    assert met  # the seed's silences are shown, not judged
+    assert data["answers"]["long_markdown"]["modes"]["seed_bidi"]["stall_ms"]["max"] == 200
+    out = capsys.readouterr().out
+    assert "short: silences" in out and "long_markdown: silences" in out and ": met" in out
+    met, _ = judged(seed_bidi=clean, bidi=late)
+    assert not met and "MISSED" in capsys.readouterr().out
+
+
 async def test_floor_puts_the_engine_beside_the_turns_first_chunk(stack):
     from voicewire_tools.bench import floor
 
@@ -183,13 +214,17 @@ def test_engine_bench_compares_the_streamed_vocoder_with_the_whole_decode(onnx_e
     from voicewire_tools.bench.engine import TEXTS, streamed
 
     voices = ("af_heart", "bm_george")
-    figures, _ = streamed(onnx_engine, "af_heart", rounds=1, voices=voices)
+    figures, _ = streamed(onnx_engine, "af_heart", rounds=1, voices=voices, runs=2)
     assert set(figures["first_audio"]) == set(TEXTS)
     for row in figures["first_audio"].values():
         assert 0 < row["streamed_first_ms"] <= row["streamed_total_ms"]
+        # The split of the first audio: its text side, then its first window's frames.
+        assert row["text_side_ms"] > 0 and row["first_window_ms"] > 0
+        assert 0 < row["first_window_frames"] <= row["frames"]
     assert len(figures["quality"]) == len(TEXTS) * len(voices)
     for check in figures["quality"]:
         assert check["windows"] in (1, 2)
+        assert check["runs"] == 2 and check["identical"]  # the same bytes on both runs
         # The same speech: far above what two different sentences score.
         assert check["correlation"] > 0.95
         assert check["seam"] >= 0 and 0 <= check["seam_rank"] <= 1 and check["stall_ms"] >= 0
@@ -375,6 +410,18 @@ async def test_speech_bench_times_one_message_to_first_byte_audible_and_total(sp
     assert 0 < trial.ttfb_ms <= trial.audible_ms <= trial.total_ms
     assert trial.audio_seconds > 1
     assert trial.stall_ms >= 0
+
+
+async def test_speech_bench_sets_five_words_against_the_plain_int8_model(speech_server):
+    from voicewire_tools.bench import speech
+
+    figures = await speech.five_words_against_plain_int8(speech_server.ws_url, 2, "af_heart")
+    assert len(figures["server_values"]) == len(figures["plain_values"]) == 2
+    assert figures["server_first_byte_ms"] > 0 and figures["plain_int8_whole_ms"] > 0
+    assert figures["ratio"] == pytest.approx(
+        figures["server_first_byte_ms"] / figures["plain_int8_whole_ms"]
+    )
+    assert figures["target_met"] == (figures["ratio"] <= speech.FIVE_WORD_TARGET)
 
 
 def test_word_errors_count_substitutions_insertions_and_deletions():
