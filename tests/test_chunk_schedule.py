@@ -72,6 +72,24 @@ def test_a_chunk_is_streamed_or_cut_only_when_whole_it_would_come_too_late():
     )  # an engine that keeps up
 
 
+def test_the_schedule_follows_the_engines_pace_under_load():
+    time = ManualTime()
+    clock = PlaybackClock(time)
+    schedule = ChunkSchedule(real_time_factor=0.3)
+    sentence = "x" * 32  # 0.75 s to make at the measured pace
+    clock.add(1.2)
+    assert not schedule.streams(sentence, "af_heart", 1.0, clock)  # 0.975 s needed: in time
+    growth = schedule.policy.growth
+    schedule.observe(sentence, "af_heart", 1.0, seconds=1.5)  # twice as slow as measured
+    assert schedule.load_factor == pytest.approx(1 + (2 - 1) / 3)
+    assert schedule.streams(sentence, "af_heart", 1.0, clock)  # now it would come late
+    assert schedule.policy.growth < growth  # and later chunks grow by less
+    for _ in range(20):
+        schedule.observe(sentence, "af_heart", 1.0, seconds=0.3)  # faster than measured
+    assert schedule.load_factor == pytest.approx(1.0, abs=1e-3)  # never taken below it
+    ChunkSchedule(None).observe(sentence, "af_heart", 1.0, seconds=9.0)  # nothing to follow
+
+
 def test_later_chunks_grow_by_what_the_engine_affords():
     assert policy_for(None) == DEFAULT_POLICY
     assert policy_for(0.3).growth == pytest.approx(2.0)

@@ -14,7 +14,9 @@ chunk is made so that the listener never waits once the audio has started:
   late even streamed is **cut like a fast start** (its first clause first, ``chunk_plan``);
 - later chunks of a request grow by what the engine can afford (``policy_for``): at a real-time
   factor ``r``, a chunk ``g`` times longer than the one before costs about ``g * r`` of its
-  audio, so the growth is ``GROWTH_BUDGET / r``, within ``[MIN_GROWTH, MAX_GROWTH]``.
+  audio, so the growth is ``GROWTH_BUDGET / r``, within ``[MIN_GROWTH, MAX_GROWTH]``;
+- the estimates follow the engine's pace under load (``ChunkSchedule.observe``): each chunk
+  decoded whole is timed against its estimate.
 
 The estimate of a text's audio comes from the engine when it can phonemize (the ONNX engine:
 ``PHONEMES_PER_SECOND``, since "$29.99" or "v2.3.1" say many more sounds than they have
@@ -47,6 +49,8 @@ SAFETY = 1.3  # the estimate is by characters: leave this much to spare
 STREAMED_FIRST_SHARE = 0.6  # a streamed chunk's first window, as a share of its whole decode
 LISTENING_GRACE_SECONDS = 0.5  # this soon after the audio ran out, the listener still waits
 GROWTH_BUDGET = 0.6  # each later chunk may cost this share of the audio before it
+LOAD_SMOOTHING = 1 / 3  # how far one timed chunk moves the engine's observed pace
+MAX_LOAD_FACTOR = 4.0
 MIN_GROWTH, MAX_GROWTH = 1.25, 3.0
 
 
@@ -94,22 +98,43 @@ def audio_seconds_by_phonemes(phonemes: int, speed: float) -> float:
     return (phonemes / PHONEMES_PER_SECOND + UNHEARD_SECONDS) / speed
 
 
-@dataclass(frozen=True)
+@dataclass
 class ChunkSchedule:
     """How chunks are made in time, for an engine of the given real-time factor (None: an
     engine that keeps up, made as the request's ``fast_start`` says). Call it where the engine
-    runs: the estimate may phonemize, and espeak-ng is not for two threads at once."""
+    runs: the estimate may phonemize, and espeak-ng is not for two threads at once.
+
+    The real-time factor was measured on an idle machine. Under load (other processes on the
+    same cores, as a local stack with a browser has) the engine is slower, so every chunk decoded
+    whole is timed (``observe``) and the estimates are scaled by ``load_factor``: how much
+    slower than measured the engine has lately been, never taken as faster.
+    """
 
     real_time_factor: float | None
     estimate: AudioEstimate = field(default=audio_seconds_by_characters)
+    load_factor: float = 1.0
 
     @property
     def policy(self) -> ChunkPolicy:
-        return policy_for(self.real_time_factor)
+        if self.real_time_factor is None:
+            return policy_for(None)
+        return policy_for(self.real_time_factor * self.load_factor)
 
     def synthesis_seconds(self, text: str, voice: str, speed: float) -> float:
-        """Estimated engine time to make ``text`` whole."""
-        return (self.real_time_factor or 0.0) * self.estimate(text, voice, speed)
+        """Estimated engine time to make ``text`` whole, at the engine's recent pace."""
+        rate = (self.real_time_factor or 0.0) * self.load_factor
+        return rate * self.estimate(text, voice, speed)
+
+    def observe(self, text: str, voice: str, speed: float, seconds: float) -> None:
+        """A chunk decoded whole took ``seconds``: follow the engine's pace (a moving average,
+        so one slow chunk moves it by a third)."""
+        if not self.real_time_factor:
+            return
+        expected = self.real_time_factor * self.estimate(text, voice, speed)
+        if expected <= 0:
+            return
+        ratio = min(MAX_LOAD_FACTOR, max(1.0, seconds / expected))
+        self.load_factor += LOAD_SMOOTHING * (ratio - self.load_factor)
 
     def streams(self, chunk: str, voice: str, speed: float, clock: PlaybackClock) -> bool:
         """Whether ``chunk`` must come a window at a time: made whole, it would not be ready

@@ -225,11 +225,13 @@ class Synthesizer:
         """Runs on the synthesis thread: model call (streamed if ``streams()`` says so when the
         chunk's turn comes), silence trim, pause, int16 conversion."""
         engine = self.engine
-        audio = (
-            engine.synthesize_stream(chunk, voice, speed)
-            if streams()
-            else iter([engine.synthesize(chunk, voice, speed)])
-        )
+        if streams():
+            audio = engine.synthesize_stream(chunk, voice, speed)
+        else:
+            started = time.perf_counter()
+            whole = engine.synthesize(chunk, voice, speed)
+            self.schedule.observe(chunk, voice, speed, time.perf_counter() - started)
+            audio = iter([whole])
         trim = StreamedTrim(engine.sample_rate)
         for piece in audio:
             kept = trim.push(piece)
