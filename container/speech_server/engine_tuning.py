@@ -199,6 +199,7 @@ def measure_candidates(
     timings: dict[str, dict[str, list[float]]] = {
         name: {"text": [], "whole": [], "short": []} for name in loaded
     }
+    frames_of: dict[str, int] = {}  # each graph's own: its durations may round differently
     inputs, style = _calibration_inputs(next(iter(loaded.values()))[0])
     for round_number in range(ROUNDS + 1):  # the first round warms each session up
         for name, (_, vocoder) in loaded.items():
@@ -209,13 +210,14 @@ def measure_candidates(
             whole_done = time.perf_counter()
             vocoder.decode(text, style, 0, min(SHORT_WINDOW_FRAMES, text.frames))
             short_done = time.perf_counter()
+            frames_of[name] = text.frames
             if round_number:
                 timings[name]["text"].append(text_done - started)
                 timings[name]["whole"].append(whole_done - text_done)
                 timings[name]["short"].append(short_done - whole_done)
-    frames = int(vocoder.text_side(inputs).frames)
     speeds: dict[CandidateName, CandidateSpeed] = {}
     for name, figures in timings.items():
+        frames = frames_of[name]
         whole, short = (statistics.median(figures[part]) for part in ("whole", "short"))
         per_frame = max(0.0, (whole - short) / max(1, frames - SHORT_WINDOW_FRAMES))
         speeds[name] = CandidateSpeed(  # type: ignore[index]
