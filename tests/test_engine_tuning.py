@@ -118,6 +118,15 @@ def test_an_unreadable_record_is_measured_again(tmp_path, graphs, content):
     assert measure.calls == 1
 
 
+def test_a_cache_it_cannot_write_to_costs_a_measurement_not_the_engine(tmp_path, graphs, caplog):
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("a file where the cache directory would be")
+    measure = CountingMeasure(original=700.0, fast=600.0)
+    record = tuned(graphs, tmp_path, directory=blocked, machine=HERE, measure=measure)
+    assert record.choice == "fast" and measure.calls == 1
+    assert "could not keep the engine tuning record" in caplog.text
+
+
 def test_the_machine_is_named_by_its_cpu_and_its_kernel_flags(tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(

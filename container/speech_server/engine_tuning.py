@@ -167,7 +167,10 @@ def tuned(
     progress(describe(record))
     records = _read_records(path)  # another process may have written one meanwhile
     records[key] = record
-    _write_records(path, records)
+    try:
+        _write_records(path, records)
+    except OSError as error:  # a read-only cache: run on this measurement, measure next start
+        logger.warning("could not keep the engine tuning record in %s: %s", path, error)
     return record
 
 
