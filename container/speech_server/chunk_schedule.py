@@ -45,7 +45,7 @@ from speech_server.chunk_plan import DEFAULT_POLICY, ChunkPolicy
 CHARS_PER_SECOND = 16.0
 PHONEMES_PER_SECOND = 17.5
 UNHEARD_SECONDS = 0.5
-SAFETY = 1.3  # the estimate is by characters: leave this much to spare
+SAFETY = 1.3  # the audio estimate is rough (phonemes or characters): this much to spare
 STREAMED_FIRST_SHARE = 0.6  # a streamed chunk's first window, as a share of its whole decode
 LISTENING_GRACE_SECONDS = 0.5  # this soon after the audio ran out, the listener still waits
 GROWTH_BUDGET = 0.6  # each later chunk may cost this share of the audio before it

@@ -189,7 +189,7 @@ def measure_candidates(
     from kokoro_onnx import Kokoro
     from kokoro_onnx.session import create_session
 
-    from speech_server.streamed_vocoder import StreamedVocoder, VocoderSpeed, split_graph
+    from speech_server.streamed_vocoder import DEFAULT_VOCODER_SPEED, StreamedVocoder, split_graph
 
     loaded = {}
     for name, model in candidates.items():
@@ -197,8 +197,8 @@ def measure_candidates(
         text_side = create_session(str(split.text_side))
         kokoro = Kokoro.from_session(text_side, str(voices_path))
         # The speed given here only plans windows, which this measurement does not use.
-        loaded[name] = (kokoro, StreamedVocoder(text_side, create_session(str(split.vocoder)),
-                                                VocoderSpeed(0.003, 0.0)))  # fmt: skip
+        vocoder = create_session(str(split.vocoder))
+        loaded[name] = (kokoro, StreamedVocoder(text_side, vocoder, DEFAULT_VOCODER_SPEED))
     timings: dict[str, dict[str, list[float]]] = {
         name: {"text": [], "whole": [], "short": []} for name in loaded
     }
@@ -236,17 +236,12 @@ def measure_candidates(
 
 
 def _calibration_inputs(kokoro: object) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    from speech_server.streamed_vocoder import text_side_inputs
+
     tokenizer = kokoro.tokenizer  # type: ignore[attr-defined]
     tokens = tokenizer.tokenize(tokenizer.phonemize(CALIBRATION_TEXT, CALIBRATION_LANG))
     voices = kokoro.voices  # type: ignore[attr-defined]
-    pack = voices[sorted(voices.keys())[0]]
-    style = np.asarray(pack[len(tokens) - 1], dtype=np.float32)
-    inputs = {
-        "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
-        "style": style,
-        "speed": np.array([1.0], dtype=np.float32),
-    }
-    return inputs, style
+    return text_side_inputs(tokens, voices[sorted(voices.keys())[0]], 1.0)
 
 
 def _read_records(path: Path) -> dict[str, EngineTuning]:

@@ -162,6 +162,25 @@ class VocoderSpeed:
         return self.seconds_per_call + self.seconds_per_frame * frames
 
 
+# What a 2-core CPU's vocoder costs (AMD EPYC and Intel Xeon, 2026-12): a graph loaded without
+# this machine's measured figures (engine_tuning) plans its windows with these.
+DEFAULT_VOCODER_SPEED = VocoderSpeed(seconds_per_frame=0.003, seconds_per_call=0.005)
+
+
+def text_side_inputs(
+    tokens: Sequence[int], pack: NDArray[np.float32], speed: float
+) -> tuple[dict[str, NDArray[Any]], NDArray[np.float32]]:
+    """The text side's feed for one batch of token ids, and its style row: the voice pack's row
+    for that many tokens, and the boundary pads around them (as kokoro-onnx builds them)."""
+    style = np.asarray(pack[min(len(tokens), len(pack)) - 1], dtype=np.float32)
+    inputs = {
+        "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+        "style": style,
+        "speed": np.array([speed], dtype=np.float32),
+    }
+    return inputs, style
+
+
 @dataclass(frozen=True)
 class TextSide:
     """What the text side gives for one batch of tokens."""

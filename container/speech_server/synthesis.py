@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -170,28 +170,18 @@ class Synthesizer:
     ) -> None:
         loop = asyncio.get_running_loop()
         bytes_per_second = SAMPLE_WIDTH * self.engine.sample_rate
-        schedule = self.schedule
+        pieces = self._request_pieces(text, voice, speed, fast_start, clock, stats)
         try:
-            chunks, fast_start = await loop.run_in_executor(
-                self._executor, self._plan, text, voice, speed, fast_start, clock
-            )
-            stats.chunks = len(chunks)
-            for index, chunk in enumerate(chunks):
-
-                def streams(chunk: str = chunk, first: bool = index == 0) -> bool:
-                    return (fast_start and first) or schedule.streams(chunk, voice, speed, clock)
-
-                pieces = self._render(chunk, voice, speed, streams)
-                # One engine step per call on the synthesis thread, so a cancel or another
-                # request's chunk waits for one vocoder window at most.
-                while not cancelled.is_set():
-                    pcm = await loop.run_in_executor(self._executor, self._step, pieces)
-                    if pcm is None:
-                        break
-                    clock.add(len(pcm) / bytes_per_second)
-                    await ready.put(pcm)
-                if cancelled.is_set():
-                    return
+            # One engine step per call on the synthesis thread, so a cancel or another request's
+            # chunk waits for one vocoder window at most.
+            while not cancelled.is_set():
+                pcm = await loop.run_in_executor(self._executor, self._step, pieces)
+                if pcm is None:
+                    break
+                clock.add(len(pcm) / bytes_per_second)
+                await ready.put(pcm)
+            if cancelled.is_set():
+                return
         except asyncio.CancelledError:
             raise
         except Exception as error:  # handed to the consumer, which reports it
@@ -199,17 +189,29 @@ class Synthesizer:
             return
         await ready.put(_END)
 
-    def _plan(
-        self, text: str, voice: str, speed: float, fast_start: bool, clock: PlaybackClock
-    ) -> tuple[list[str], bool]:
-        """Runs on the synthesis thread: the request's chunks, and whether it starts fast (it
-        asked, or its first chunk would otherwise come after the audio ahead has played)."""
+    def _request_pieces(
+        self,
+        text: str,
+        voice: str,
+        speed: float,
+        fast_start: bool,
+        clock: PlaybackClock,
+        stats: SynthesisStats,
+    ) -> Iterator[bytes]:
+        """Runs on the synthesis thread, a piece per step: the request's plan, then each chunk,
+        streamed or whole as the schedule says when its turn comes (the clock then holds the
+        audio of every chunk before it)."""
+        schedule = self.schedule
         if not fast_start:
+            # Cut like a fast start only if its first chunk would come after the audio ahead.
             whole = plan_chunks(text, fast_start=False)
-            fast_start = bool(whole) and self.schedule.needs_fast_start(
-                whole[0], voice, speed, clock
-            )
-        return plan_chunks(text, fast_start=fast_start, policy=self.schedule.policy), fast_start
+            fast_start = bool(whole) and schedule.needs_fast_start(whole[0], voice, speed, clock)
+        chunks = plan_chunks(text, fast_start=fast_start, policy=schedule.policy)
+        stats.chunks = len(chunks)
+        for index, chunk in enumerate(chunks):
+            first_of_fast_start = fast_start and index == 0
+            streamed = first_of_fast_start or schedule.streams(chunk, voice, speed, clock)
+            yield from self._render(chunk, voice, speed, streamed=streamed)
 
     def _step(self, pieces: Iterator[bytes]) -> bytes | None:
         """Runs on the synthesis thread: the next piece, its engine time counted."""
@@ -219,13 +221,11 @@ class Synthesizer:
         finally:
             self.busy_seconds += time.perf_counter() - started
 
-    def _render(
-        self, chunk: str, voice: str, speed: float, streams: Callable[[], bool]
-    ) -> Iterator[bytes]:
-        """Runs on the synthesis thread: model call (streamed if ``streams()`` says so when the
-        chunk's turn comes), silence trim, pause, int16 conversion."""
+    def _render(self, chunk: str, voice: str, speed: float, *, streamed: bool) -> Iterator[bytes]:
+        """Runs on the synthesis thread: model call (a whole one timed for the schedule), silence
+        trim, pause, int16 conversion."""
         engine = self.engine
-        if streams():
+        if streamed:
             audio = engine.synthesize_stream(chunk, voice, speed)
         else:
             started = time.perf_counter()

