@@ -54,6 +54,13 @@ def _comma_list(value: Any) -> Any:
     return value
 
 
+def _name_list(value: Any) -> Any:
+    """An environment variable's ``a,b`` as a tuple in its order ("" is none)."""
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return value
+
+
 def _origins(value: Any) -> Any:
     if isinstance(value, str):
         return parse_origins(value)
@@ -70,6 +77,10 @@ Name = Annotated[str, Field(min_length=1, pattern=r"^\S+$")]  # no blank, no whi
 NameOrNone = Annotated[Name | None, BeforeValidator(_empty_is_none)]  # "" is unset
 Voices = Annotated[frozenset[str] | None, BeforeValidator(_comma_list)]
 Origins = Annotated[frozenset[str] | None, BeforeValidator(_origins)]
+# In order: the tool definitions are sent in this order on every turn, and a prompt cache
+# (``cachePoint``) only hits on the same bytes.
+SampleTool = Literal["current_time", "search_docs"]
+ToolNames = Annotated[tuple[SampleTool, ...], BeforeValidator(_name_list)]
 
 
 class Settings(BaseModel):
@@ -128,6 +139,26 @@ class Settings(BaseModel):
     # base64 text frames, which every client accepts (the stack's default: AWS documents no
     # frame type for @connections posts).
     audio_delivery: AudioDelivery = Field("binary", alias="VOICEWIRE_AUDIO_DELIVERY")
+
+    # The tools the agent may call (functions/tools; "" for none), and how it may call them:
+    # rounds of calls per turn, each call's time limit, the filler a slow tool gets when nothing
+    # was said before it (0: none), and whether tool_start/tool_end carry the input and result
+    # (they can hold private data).
+    tools: ToolNames = Field(("current_time", "search_docs"), alias="VOICEWIRE_TOOLS")
+    max_tool_rounds: int = Field(4, ge=1, le=16, alias="VOICEWIRE_MAX_TOOL_ROUNDS")
+    tool_timeout_seconds: float = Field(10.0, gt=0, le=60, alias="VOICEWIRE_TOOL_TIMEOUT_SECONDS")
+    tool_filler_seconds: float = Field(1.2, ge=0, alias="VOICEWIRE_TOOL_FILLER_SECONDS")
+    show_tool_data: bool = Field(False, alias="VOICEWIRE_SHOW_TOOL_DATA")
+    # Every sample tool waits this long before answering: a slow tool, to demonstrate and test.
+    tool_latency_ms: float = Field(0.0, ge=0, le=60_000, alias="VOICEWIRE_TOOL_LATENCY_MS")
+    # search_docs' folder (or file) of markdown; None: voicewire's own docs, shipped with it.
+    docs_path: NameOrNone = Field(None, alias="VOICEWIRE_DOCS_PATH")
+    # Bedrock's latency levers, on the models that support them (docs/deploy.md): a cachePoint
+    # after the system prompt and the tool definitions, and latency-optimized inference.
+    prompt_caching: bool = Field(False, alias="VOICEWIRE_PROMPT_CACHING")
+    bedrock_latency: Literal["standard", "optimized"] = Field(
+        "standard", alias="VOICEWIRE_BEDROCK_LATENCY"
+    )
 
     @model_validator(mode="after")
     def _bedrock_needs_a_model(self) -> Self:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -41,14 +40,28 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from functions.adapters.llm import ConverseStreamClient, LlmError, LlmResult, stream_text
+from functions.adapters.llm import ConverseStreamClient, LlmError
 from functions.adapters.relay import ConnectionGone, Relay, RelayError
+from functions.agent_events import (
+    AgentEvent,
+    AgentText,
+    AgentTurn,
+    ToolCallEnded,
+    ToolCallOpened,
+    ToolCallStarted,
+    ToolsStillRunning,
+    with_still_running,
+)
+from functions.agent_loop import BedrockAgent
+from functions.tool_fillers import filler_for
 from voicewire.chunker import IncrementalSentenceChunker
 from voicewire.client_protocol import (
     AudioFormat,
     ClientError,
     Sentence,
     Timings,
+    ToolEnd,
+    ToolStart,
     TurnEnd,
     TurnStart,
     TurnStatus,
@@ -80,6 +93,9 @@ class TurnOutcome:
     stop_reason: str | None = None
     error: ClientError | None = None
     gone: bool = False  # the client left: nothing more can be posted
+    # The agent's messages after the prompt (tool calls and their results, the answer): what
+    # the history keeps; empty for a speak turn.
+    messages: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -120,6 +136,9 @@ class TurnRunner:
     cancelled: asyncio.Event
     llm: ConverseStreamClient | None = None
     llm_request: dict[str, Any] | None = None  # ask: the converse_stream arguments
+    # ask: the agent that answers (the built-in loop, a Strands agent); None: the built-in loop
+    # over ``llm`` and ``llm_request``, without tools.
+    agent: AgentTurn | None = None
     text: str | None = None  # speak: the text
     # The first chunk ends at its first clause or after 6 words, whichever comes first: an LLM
     # writes 6 words in ~300 ms, a long first sentence in seconds.
@@ -140,11 +159,16 @@ class TurnRunner:
     # The most audio one turn may send (docs/security.md); past it the turn ends ``failed``
     # with ``speech_limit_reached``, the audio up to the limit delivered and counted.
     max_speech_seconds: float | None = None
+    # A tool still running this long after it started, with nothing spoken in its round (no
+    # preamble), gets a short filler in the voice's language, once per round; None: never.
+    tool_filler_seconds: float | None = 1.2
+    # Put the tools' input and result in tool_start/tool_end (they can hold private data).
+    show_tool_data: bool = False
 
     def __post_init__(self) -> None:
         self._clock = _Clock(self.spec.accepted_at)
-        self._llm_result = LlmResult()
-        self._llm_stop = threading.Event()
+        if self.agent is None and self.llm is not None and self.llm_request is not None:
+            self.agent = BedrockAgent(self.llm, self.llm_request)
         self._request_ids: list[str] = []
         self._session: SpeechSession | None = None
         self._announcing: asyncio.Task[None] | None = None  # the turn_start's post
@@ -182,17 +206,17 @@ class TurnRunner:
         self._announcing = asyncio.create_task(self.relay.control(start))
         try:
             match self.spec.mode:
-                case "bidi":
-                    await self._consume(self._bidi_events())
-                case "batch":
-                    await self._consume(self._batch_events())
+                case "bidi" | "batch":
+                    await self._consume(self._answer_events())
                 case _:
                     await self._consume(self._speak_events())
             await self.relay.finish_text()  # the last text delta goes before the turn_end
         except ConnectionGone:
             await self._stop_work(cancel_speech=True)
             await self._settle_text()
-            return TurnOutcome("cancelled", self._clock.timings(), self._llm_result.text, gone=True)
+            return TurnOutcome(
+                "cancelled", self._clock.timings(), self._answer, gone=True, messages=self._messages
+            )
         except _Stop:
             status = "cancelled"
             if (failure := self.stop_failure()) is not None:
@@ -231,8 +255,9 @@ class TurnRunner:
             logger.exception("stopping turn %s", self.spec.turn_id)
         await self._settle_text()
         outcome = TurnOutcome(
-            status, self._clock.timings(), self._llm_result.text, self._llm_result.stop_reason
-        )
+            status, self._clock.timings(), self._answer,
+            self.agent.stop_reason if self.agent else None, messages=self._messages,
+        )  # fmt: skip
         outcome.error = error
         if error is not None:
             error.turn_id = self.spec.turn_id
@@ -261,6 +286,14 @@ class TurnRunner:
             audio_bytes=self.relay.audio_bytes,
             audio_frames=self.relay.audio_frames,
         )
+
+    @property
+    def _answer(self) -> str:
+        return self.agent.text if self.agent is not None else ""
+
+    @property
+    def _messages(self) -> list[dict[str, Any]]:
+        return list(self.agent.messages) if self.agent is not None else []
 
     # --- the consumer: one queue, true arrival order ---------------------------------------
 
@@ -343,7 +376,8 @@ class TurnRunner:
         """Stop the LLM stream; unless the turn completed, drop the speech still queued, so the
         session closes at once instead of synthesizing audio nobody will receive, and the text
         not yet posted."""
-        self._llm_stop.set()
+        if self.agent is not None:
+            self.agent.stop()
         if cancel_speech:
             self.relay.discard_text()
         if cancel_speech and self._request_ids and self._session is not None:
@@ -352,30 +386,60 @@ class TurnRunner:
 
     # --- producers ----------------------------------------------------------------------------
 
-    async def _llm_deltas(self) -> AsyncIterator[str]:
-        assert self.llm is not None and self.llm_request is not None
-        async for text in stream_text(self.llm, self.llm_request, self._llm_result, self._llm_stop):
-            self._clock.mark("text")
-            yield text
+    async def _agent_events(self) -> AsyncIterator[AgentEvent]:
+        assert self.agent is not None
+        events = self.agent.events()
+        if self.tool_filler_seconds:
+            events = with_still_running(events, self.tool_filler_seconds)
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if isinstance(event, AgentText):
+                    self._clock.mark("text")
+                yield event
 
-    async def _bidi_events(self) -> AsyncIterator[BaseModel | bytes]:
+    async def _answer_events(self) -> AsyncIterator[BaseModel | bytes]:
+        """An ask's events: the agent's text spoken as it arrives (bidi: sentence by sentence;
+        batch: what was written before each tool call, then the answer, each as one text), the
+        tool calls told to the client, and the audio of each sentence in order."""
         queue: asyncio.Queue[BaseModel | bytes | BaseException | None] = asyncio.Queue()
         sent: asyncio.Queue[str | None] = asyncio.Queue()
+        voice = self.spec.voice
+        language = describe_voice(voice).language if voice else None
+        batch = self.spec.mode == "batch"
+
+        def new_chunker() -> IncrementalSentenceChunker | _WholeAnswer:
+            return _WholeAnswer() if batch else self.chunker_factory(language=language)
 
         async def text_task() -> None:
-            voice = self.spec.voice
-            chunker = self.chunker_factory(
-                language=describe_voice(voice).language if voice else None
-            )
-            index = 0
-            async for text in self._llm_deltas():
-                await self._text(text)
-                for sentence in chunker.feed(text):
-                    await self._send_sentence(sentence, index, queue, sent)
-                    index += 1
-            for sentence in chunker.finish():
-                await self._send_sentence(sentence, index, queue, sent)
-                index += 1
+            chunker = new_chunker()
+            said = _Said()
+
+            async def say(sentences: list[str]) -> None:
+                if sentences and batch:
+                    await self.relay.finish_text()  # the text, before what is spoken of it
+                for sentence in sentences:
+                    await self._send_sentence(sentence, said, queue, sent)
+
+            async with contextlib.aclosing(self._agent_events()) as events:
+                async for event in events:
+                    match event:
+                        case AgentText(text=text):
+                            await self._text(text)
+                            await say(chunker.feed(text))
+                        case ToolCallOpened():
+                            # The preamble ("Let me check.") is spoken while the tool runs.
+                            await say(chunker.finish())
+                            chunker = new_chunker()
+                            self.relay.flush_text()
+                        case ToolCallStarted():
+                            said.running.add(event.tool_use_id)
+                            queue.put_nowait(self._tool_start(event))
+                        case ToolCallEnded():
+                            said.tool_ended(event.tool_use_id)
+                            queue.put_nowait(self._tool_end(event))
+                        case ToolsStillRunning() if said.in_round == 0:
+                            await say([filler_for(language)])
+            await say(chunker.finish())
             sent.put_nowait(None)
 
         async def audio_task() -> None:
@@ -388,37 +452,41 @@ class TurnRunner:
         async for item in _merge(queue, [text_task(), audio_task()]):
             yield item
 
+    def _tool_start(self, event: ToolCallStarted) -> ToolStart:
+        shown = event.input if self.show_tool_data else None
+        return ToolStart(
+            turn_id=self.spec.turn_id, tool_use_id=event.tool_use_id, name=event.name, input=shown
+        )
+
+    def _tool_end(self, event: ToolCallEnded) -> ToolEnd:
+        return ToolEnd(
+            turn_id=self.spec.turn_id, tool_use_id=event.tool_use_id, name=event.name,
+            status=event.status, ms=event.ms, result=event.reply if self.show_tool_data else None,
+        )  # fmt: skip
+
     async def _send_sentence(
         self,
         sentence: str,
-        index: int,
+        said: _Said,
         queue: asyncio.Queue[BaseModel | bytes | BaseException | None],
         sent: asyncio.Queue[str | None],
     ) -> None:
         self._clock.mark("sentence")
         if self.relay.text_flush == "sentence":
             self.relay.flush_text()  # the text written so far, up to this sentence
-        queue.put_nowait(Sentence(turn_id=self.spec.turn_id, index=index, text=sentence))
+        queue.put_nowait(Sentence(turn_id=self.spec.turn_id, index=said.index, text=sentence))
+        # The first sentence of a round (the turn's, or the first after its tools) is what the
+        # listener waits for: cut early, like the turn's first.
         request_id = await (await self._speech()).send(
             sentence,
             voice=self.spec.voice,
             speed=self.spec.speed,
-            fast_start=self.fast_start and cut_early(sentence, index),
+            fast_start=self.fast_start and cut_early(sentence, said.in_round),
         )
+        said.index += 1
+        said.in_round += 1
         self._request_ids.append(request_id)
         sent.put_nowait(request_id)
-
-    async def _batch_events(self) -> AsyncIterator[BaseModel | bytes]:
-        async for text in self._llm_deltas():
-            await self._text(text)
-        await self.relay.finish_text()  # the whole answer's text, before what is spoken of it
-        speech_text = " ".join(to_speech_text(self._llm_result.text).split())
-        if not speech_text:
-            return
-        self._clock.mark("sentence")
-        yield Sentence(turn_id=self.spec.turn_id, index=0, text=speech_text)
-        async for pcm in self._synthesize(speech_text):
-            yield pcm
 
     async def _speak_events(self) -> AsyncIterator[BaseModel | bytes]:
         assert self.text is not None
@@ -452,6 +520,37 @@ def cut_early(sentence: str, index: int) -> bool:
     first audio is ready before the audio already queued runs out. Other sentences are spoken
     whole, as they sound best."""
     return index == 0 or len(sentence.split()) > LONG_SENTENCE_WORDS
+
+
+@dataclass
+class _Said:
+    """What an answer has spoken: sentences in all (their index), sentences since its last round
+    of tool calls ended (none: the listener is waiting), and the calls still running."""
+
+    index: int = 0
+    in_round: int = 0
+    running: set[str] = field(default_factory=set)
+
+    def tool_ended(self, tool_use_id: str) -> None:
+        self.running.discard(tool_use_id)
+        if not self.running:
+            self.in_round = 0  # the answer to the results starts a new round
+
+
+class _WholeAnswer:
+    """Batch's chunker: nothing until the end or a tool call, then all of it as one text."""
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+
+    def feed(self, fragment: str) -> list[str]:
+        self._parts.append(fragment)
+        return []
+
+    def finish(self) -> list[str]:
+        text = " ".join(to_speech_text("".join(self._parts)).split())
+        self._parts = []
+        return [text] if text else []
 
 
 async def _merge(

@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -16,6 +17,8 @@ from functions.adapters.relay import management_client
 from functions.adapters.session_store import SessionStore, dynamodb_client
 from functions.adapters.speech_sessions import KeptSpeechSession, SessionPolicy
 from functions.settings import Settings
+from functions.tools import ToolRegistry, sample_tools
+from functions.tools.search_docs import DEFAULT_DOCS
 from voicewire.speech_link import SpeechSession, open_speech_session
 
 
@@ -36,6 +39,16 @@ class Adapters:
     @cached_property
     def store(self) -> SessionStore:
         return SessionStore(self.dynamodb, self.settings.table_name)
+
+    @cached_property
+    def tools(self) -> ToolRegistry:
+        """The tools the agent may call, as the settings name them."""
+        settings = self.settings
+        docs = (Path(settings.docs_path),) if settings.docs_path else DEFAULT_DOCS
+        return sample_tools(
+            settings.tools, latency_seconds=settings.tool_latency_ms / 1000, docs=docs,
+            timeout_seconds=settings.tool_timeout_seconds,
+        )  # fmt: skip
 
     @cached_property
     def speech_sessions(self) -> KeptSpeechSession:

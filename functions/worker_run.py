@@ -12,7 +12,7 @@ Whatever fails, the turn ends (``functions.turn_endings``): the client gets ``er
 ``turn_end``, the record its status, CloudWatch its metric, and the job returns normally so that
 Lambda has nothing to retry.
 
-Where the next features land: the LLM request (history, tools) is built in ``_llm_request``;
+Where the features land: the agent (its request, history and tools) is built in ``_agent``;
 what the turn says and streams is ``functions.turn``'s ``TurnRunner``.
 """
 
@@ -27,6 +27,7 @@ from functions.adapters.llm import converse_request
 from functions.adapters.relay import Relay
 from functions.adapters.session_store import ClaimVerdict, SessionStore
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
+from functions.agent_loop import BedrockAgent
 from functions.observability import logger
 from functions.settings import Settings
 from functions.turn import TurnOutcome, TurnRunner, TurnSpec
@@ -169,15 +170,16 @@ async def run_claimed(
     runner: TurnRunner | None = None
     try:
         try:
-            llm_request = await _llm_request(job, adapters.settings, head)
-            llm = adapters.llm_client() if llm_request else None
+            agent = await _agent(job, adapters, head)
         except Exception as error:
             raise _NotStarted from error
         settings = adapters.settings
         spec = TurnSpec(job.turn_id, job.turn, job.mode, job.accepted_at, job.voice, job.speed)
         runner = TurnRunner(
-            spec, relay, speech, stop.event, llm=llm, llm_request=llm_request, text=job.text,
+            spec, relay, speech, stop.event, agent=agent, text=job.text,
             stop_failure=lambda: stop.failure,
+            tool_filler_seconds=settings.tool_filler_seconds or None,
+            show_tool_data=settings.show_tool_data,
             speech_timeout=settings.speech_chunk_timeout_seconds,
             max_speech_seconds=settings.max_speech_seconds_per_turn,
             **seed_baseline(settings),
@@ -207,17 +209,20 @@ async def run_claimed(
     return final
 
 
-async def _llm_request(job: WorkerJob, settings: Settings, head: HeadStart) -> Any | None:
-    """The Converse request of an ask, over the history the head start read; None to speak a
+async def _agent(job: WorkerJob, adapters: Adapters, head: HeadStart) -> BedrockAgent | None:
+    """The agent that answers an ask, over the history the head start read; None to speak a
     given text."""
     if head.reading is None:
         return None
+    settings = adapters.settings
     connection = await head.reading
     history = connection.history if connection else []
-    return converse_request(
+    request = converse_request(
         settings.bedrock_model_id, history, job.prompt or "", settings.system_prompt,
-        settings.max_output_tokens,
+        settings.max_output_tokens, adapters.tools.tool_config(),
+        cache_prompt=settings.prompt_caching, latency=settings.bedrock_latency,
     )  # fmt: skip
+    return BedrockAgent(adapters.llm_client(), request, adapters.tools, settings.max_tool_rounds)
 
 
 def _relay_counts(relay: Relay) -> dict[str, int]:
@@ -254,14 +259,23 @@ async def _record_end(
 async def _leave_behind(
     job: WorkerJob, store: SessionStore, outcome: TurnOutcome, final: str
 ) -> None:
-    """What a turn leaves for later: a connection known gone, the exchange in the history."""
+    """What a turn leaves for later: a connection known gone, the exchange in the history.
+
+    A complete answer is kept with its tool calls. A turn cut short is kept only if it called
+    tools: the calls, their results (``cancelled`` ones among them) and nothing of an unfinished
+    answer, so the model knows what it already did and the history stays valid."""
     try:
         if outcome.gone:
             await asyncio.to_thread(store.mark_gone, job.connection_id)
-        if job.mode != "speak" and final == "complete" and outcome.answer.strip():
+        called_tools = any(
+            "toolUse" in block for message in outcome.messages for block in message["content"]
+        )
+        answered = final == "complete" and bool(outcome.answer.strip())
+        if job.mode != "speak" and (answered or called_tools):
             await asyncio.to_thread(
-                store.append_history, job.connection_id, job.prompt or "", outcome.answer
-            )
+                store.append_history, job.connection_id, job.prompt or "", outcome.answer,
+                outcome.messages,
+            )  # fmt: skip
     except Exception:  # the turn itself is over and told; the next one has less context
         logger.exception("the turn's history could not be kept")
         publish_count("HistoryWritesFailed")

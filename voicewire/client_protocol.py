@@ -29,7 +29,7 @@ import base64
 import json
 import re
 import struct
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticCustomError
@@ -225,6 +225,30 @@ class Sentence(BaseModel):
     text: str
 
 
+ToolStatus = Literal["ok", "error", "timeout", "cancelled"]
+
+
+class ToolStart(BaseModel):
+    """The agent called a tool; the turn is working on it until the ``tool_end`` of the same
+    ``tool_use_id``. ``input`` only when the stack is set to show tool data (it can be private)."""
+
+    type: Literal["tool_start"] = "tool_start"
+    turn_id: str
+    tool_use_id: str
+    name: str
+    input: dict[str, Any] | None = None
+
+
+class ToolEnd(BaseModel):
+    type: Literal["tool_end"] = "tool_end"
+    turn_id: str
+    tool_use_id: str
+    name: str
+    status: ToolStatus
+    ms: float
+    result: Any = None  # only when the stack is set to show tool data
+
+
 class Timings(BaseModel):
     """Milliseconds from the moment the turn was accepted; ``None`` if it never happened."""
 
@@ -275,7 +299,9 @@ class VoiceList(BaseModel):
         return cls(default_voice=default_voice(names), voices=described)
 
 
-ControlFrame = TurnStart | TextDelta | Sentence | TurnEnd | ClientError | VoiceList
+ControlFrame = (
+    TurnStart | TextDelta | Sentence | ToolStart | ToolEnd | TurnEnd | ClientError | VoiceList
+)
 
 
 def dump_control(frame: BaseModel) -> bytes:

@@ -1,13 +1,20 @@
-"""The LLM's answer as a stream of text deltas, from Bedrock's ``converse_stream``.
+"""The LLM's answer as it streams from Bedrock's ``converse_stream``: text deltas, and the tool
+calls the model asks for.
 
-``resp["stream"]`` yields one-key dicts: ``messageStart``, ``contentBlockStart``,
-``contentBlockDelta`` (``delta`` is ``text``, ``toolUse``, ``reasoningContent`` or
-``citation``), ``contentBlockStop``, ``messageStop`` (``stopReason``), ``metadata``. Only text
-deltas are spoken. Errors can arrive inside the stream (``throttlingException``,
-``modelStreamErrorException``, ...): botocore raises them as ``EventStreamError``; a recording may
-carry them as events. Errors of the connection itself (timeouts, an unreachable endpoint, a
-connection cut mid-stream) and a request botocore rejects come from botocore or urllib3. All of
-them become ``LlmError`` with a stable code.
+``resp["stream"]`` yields one-key dicts: ``messageStart``, ``contentBlockStart`` (``start`` holds
+``toolUse {toolUseId, name}`` when a tool call opens), ``contentBlockDelta`` (``delta`` is
+``text``, ``toolUse {input: "<JSON fragment>"}``, ``reasoningContent`` or ``citation``),
+``contentBlockStop``, ``messageStop`` (``stopReason``: ``tool_use`` when the model waits for
+tool results), ``metadata``. Text deltas are spoken; a tool call is announced the moment its
+block opens (``ToolUseOpened``: the turn speaks the preamble then, before the input is written)
+and handed over whole at its block's stop (``ToolUseRequest``); ``LlmResult.content`` keeps the
+assistant message's blocks for the next request and the history.
+
+Errors can arrive inside the stream (``throttlingException``, ``modelStreamErrorException``,
+...): botocore raises them as ``EventStreamError``; a recording may carry them as events. Errors
+of the connection itself (timeouts, an unreachable endpoint, a connection cut mid-stream) and a
+request botocore rejects come from botocore or urllib3. All of them become ``LlmError`` with a
+stable code.
 
 The same code drains real Bedrock and ``ReplayBedrockClient`` (a recording in ``events/llm``),
 so the local stack exercises exactly what runs in Lambda.
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -121,6 +129,41 @@ class LlmResult:
     stop_reason: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
     text: str = ""
+    # The assistant message's content blocks by ``contentBlockIndex``: ``{"text": ...}`` or
+    # ``{"toolUse": {"toolUseId", "name", "input"}}`` (the input once its block stopped).
+    blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def content(self) -> list[dict[str, Any]]:
+        """The assistant message's content, in block order, as the next request must carry it
+        (a tool call still being written is left out: it has no input yet)."""
+        return [
+            block
+            for _, block in sorted(self.blocks.items())
+            if "text" in block or "input" in block.get("toolUse", {})
+        ]
+
+
+@dataclass(frozen=True)
+class ToolUseOpened:
+    """A tool call's block has opened: its name is known, its input not yet."""
+
+    tool_use_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolUseRequest:
+    """A tool call the model has finished writing. ``problem``: why its input is unusable (not
+    a JSON object); the call is still answered, with an error result."""
+
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+    problem: str | None = None
+
+
+ModelEvent = str | ToolUseOpened | ToolUseRequest
 
 
 def bedrock_client(config: Config | None = None, **client_kwargs: Any) -> ConverseStreamClient:
@@ -141,30 +184,85 @@ def converse_request(
     prompt: str,
     system: str | None = None,
     max_tokens: int = DEFAULT_MAX_OUTPUT_TOKENS,
+    tool_config: dict[str, Any] | None = None,
+    *,
+    cache_prompt: bool = False,
+    latency: str = "standard",
 ) -> dict[str, Any]:
-    """``converse_stream`` arguments for a prompt after a conversation history."""
+    """``converse_stream`` arguments for a prompt after a conversation history.
+
+    ``tool_config``: the tools the model may call (``functions.tools``). ``cache_prompt`` ends
+    the system prompt and the tool definitions with a ``cachePoint``, so a model that supports
+    prompt caching reads them from its cache on every later turn (they are the same on every
+    turn: the history changes after them). ``latency="optimized"``: ``performanceConfig``'s
+    latency-optimized inference, on the models and regions that offer it.
+    """
     if max_tokens < 1:
         raise ValueError(f"max_tokens must be at least 1, not {max_tokens}")
-    messages = [*history, {"role": "user", "content": [{"text": prompt}]}]
     request: dict[str, Any] = {
         "modelId": model_id,
-        "messages": messages,
+        "messages": with_prompt(history, prompt),
         "inferenceConfig": {"maxTokens": max_tokens},
     }
+    cache_point = [{"cachePoint": {"type": "default"}}] if cache_prompt else []
     if system:
-        request["system"] = [{"text": system}]
+        request["system"] = [{"text": system}, *cache_point]
+    if tool_config and tool_config.get("tools"):
+        request["toolConfig"] = {**tool_config, "tools": [*tool_config["tools"], *cache_point]}
+    if latency != "standard":
+        request["performanceConfig"] = {"latency": latency}
     return request
+
+
+def with_prompt(history: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
+    """The messages of a request: the history, then the prompt as the user's. A history that
+    ends with the user's own message (the tool results of a turn cut short: the model never
+    answered them) takes the prompt into that message, as roles must alternate."""
+    text = {"text": prompt}
+    if history and history[-1].get("role") == "user":
+        last = history[-1]
+        return [*history[:-1], {"role": "user", "content": [*last["content"], text]}]
+    return [*history, {"role": "user", "content": [text]}]
 
 
 def text_deltas(events: Iterator[dict[str, Any]], result: LlmResult) -> Iterator[str]:
     """The text of every ``contentBlockDelta.delta.text``, in order; fills ``result``."""
+    for item in model_events(events, result):
+        if isinstance(item, str):
+            yield item
+
+
+def model_events(events: Iterator[dict[str, Any]], result: LlmResult) -> Iterator[ModelEvent]:
+    """Text deltas and tool calls, in stream order; fills ``result`` (its text, its blocks, the
+    stop reason and usage)."""
+    tool_inputs: dict[int, list[str]] = {}  # a tool block's input fragments, until it stops
     try:
         for event in events:
-            if "contentBlockDelta" in event:
-                text = event["contentBlockDelta"].get("delta", {}).get("text")
-                if text:
+            if "contentBlockStart" in event:
+                start = event["contentBlockStart"]
+                tool = start.get("start", {}).get("toolUse")
+                if tool:
+                    index = int(start.get("contentBlockIndex", 0))
+                    call = {"toolUseId": tool["toolUseId"], "name": tool["name"]}
+                    result.blocks[index] = {"toolUse": call}
+                    tool_inputs[index] = []
+                    yield ToolUseOpened(call["toolUseId"], call["name"])
+            elif "contentBlockDelta" in event:
+                block = event["contentBlockDelta"]
+                index = int(block.get("contentBlockIndex", 0))
+                delta = block.get("delta", {})
+                if text := delta.get("text"):
                     result.text += text
+                    held = result.blocks.setdefault(index, {"text": ""})
+                    if "text" in held:
+                        held["text"] += text
                     yield text
+                elif "toolUse" in delta and index in tool_inputs:
+                    tool_inputs[index].append(delta["toolUse"].get("input", ""))
+            elif "contentBlockStop" in event:
+                index = int(event["contentBlockStop"].get("contentBlockIndex", 0))
+                if index in tool_inputs:
+                    yield _finished_call(result.blocks[index]["toolUse"], tool_inputs.pop(index))
             elif "messageStop" in event:
                 result.stop_reason = event["messageStop"].get("stopReason")
             elif "metadata" in event:
@@ -176,6 +274,21 @@ def text_deltas(events: Iterator[dict[str, Any]], result: LlmResult) -> Iterator
     except EventStreamError as error:
         details = error.response.get("Error", {})
         raise _llm_error(details.get("Code", ""), details.get("Message", str(error))) from error
+
+
+def _finished_call(call: dict[str, Any], fragments: list[str]) -> ToolUseRequest:
+    """The tool call whose input fragments are all in; ``call`` gets its input (an object, as
+    the next request must carry it, ``{}`` when the model wrote none or no JSON object)."""
+    written = "".join(fragments).strip()
+    problem = None
+    try:
+        parsed = json.loads(written) if written else {}
+    except ValueError:
+        parsed, problem = {}, f"the tool input is not JSON: {written[:80]!r}"
+    if not isinstance(parsed, dict):
+        parsed, problem = {}, "the tool input is not a JSON object"
+    call["input"] = parsed
+    return ToolUseRequest(call["toolUseId"], call["name"], parsed, problem)
 
 
 def _llm_error(code: str, message: str) -> LlmError:
@@ -253,7 +366,19 @@ async def stream_text(
     result: LlmResult,
     stop: threading.Event | None = None,
 ) -> AsyncIterator[str]:
-    """Text deltas as they arrive, without blocking the event loop.
+    """Text deltas as they arrive (``stream_model``'s text alone)."""
+    async for item in stream_model(client, request, result, stop):
+        if isinstance(item, str):
+            yield item
+
+
+async def stream_model(
+    client: ConverseStreamClient,
+    request: dict[str, Any],
+    result: LlmResult,
+    stop: threading.Event | None = None,
+) -> AsyncIterator[ModelEvent]:
+    """Text deltas and tool calls as they arrive, without blocking the event loop.
 
     boto3's event stream is a blocking iterator, so a thread ("llm-stream") drains it into an
     asyncio queue. Stopping closes the HTTP stream at once, even before the first token, so a
@@ -268,11 +393,11 @@ async def stream_text(
     stream; the reading thread sets ``stop`` when it ends, which ends the watcher too.
     """
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[str | BaseException | None] = asyncio.Queue()
+    queue: asyncio.Queue[ModelEvent | BaseException | None] = asyncio.Queue()
     stop = stop or threading.Event()
     held = _HeldStream(stop)
 
-    def post(item: str | BaseException | None) -> None:
+    def post(item: ModelEvent | BaseException | None) -> None:
         # The consumer may be gone (turn cancelled, loop closed): then nobody needs the item.
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(queue.put_nowait, item)
@@ -283,10 +408,10 @@ async def stream_text(
                 return
             response = client.converse_stream(**request)
             held.hold(response["stream"])
-            for text in text_deltas(iter(response["stream"]), result):
+            for item in model_events(iter(response["stream"]), result):
                 if stop.is_set():
                     break
-                post(text)
+                post(item)
         except BaseException as error:  # handed to the consumer
             if stop.is_set():  # the stream was closed under the read: that is the stop, not news
                 logger.debug("the LLM stream ended after a stop: %r", error)

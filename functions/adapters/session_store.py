@@ -155,13 +155,44 @@ def _message_bytes(message: dict[str, Any]) -> int:
     return len(json.dumps(message, ensure_ascii=False).encode("utf-8"))
 
 
+def _to_item_value(value: Any) -> Any:
+    """A history value DynamoDB can store: floats (in tool inputs and results) as Decimals."""
+    if isinstance(value, float):
+        return Decimal(str(value))
+    if isinstance(value, dict):
+        return {key: _to_item_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_to_item_value(item) for item in value]
+    return value
+
+
+def _from_item_value(value: Any) -> Any:
+    """A history value as JSON and Bedrock take it: DynamoDB's Decimals as ints or floats."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {key: _from_item_value(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_from_item_value(item) for item in value]
+    return value
+
+
+def _opens_a_conversation(message: dict[str, Any]) -> bool:
+    """A user message that answers no tool call: where a kept history may begin (a tool result
+    whose call was cut off would make Bedrock refuse the conversation)."""
+    return message.get("role") == "user" and not any(
+        "toolResult" in block for block in message.get("content", [])
+    )
+
+
 def bounded_history(
     history: list[dict[str, Any]],
     max_messages: int = HISTORY_MESSAGES,
     max_bytes: int = HISTORY_MAX_BYTES,
 ) -> list[dict[str, Any]]:
-    """The newest messages that fit both bounds, starting with a user message (converse wants
-    the conversation to open with the user)."""
+    """The newest messages that fit both bounds, starting with a user message that answers no
+    tool call (converse wants the conversation to open with the user, and every tool result
+    after its call)."""
     kept: list[dict[str, Any]] = []
     size = 0
     for message in reversed(history):
@@ -170,9 +201,25 @@ def bounded_history(
             break
         kept.append(message)
     kept.reverse()
-    while kept and kept[0].get("role") != "user":
+    while kept and not _opens_a_conversation(kept[0]):
         kept.pop(0)
     return kept
+
+
+def _clipped_message(message: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """``message`` with each text clipped to ``max_bytes`` and a tool result over it replaced by
+    its text, clipped (a tool's reply is bounded by design; this bounds a runaway one)."""
+    content = []
+    for block in message.get("content", []):
+        if "text" in block:
+            block = {"text": _clipped(block["text"], max_bytes)}
+        elif "toolResult" in block and _message_bytes(block) > max_bytes:
+            result = block["toolResult"]
+            reply = json.dumps(result.get("content", []), ensure_ascii=False)
+            result = {**result, "content": [{"text": _clipped(reply, max_bytes)}]}
+            block = {"toolResult": result}
+        content.append(block)
+    return {**message, "content": content}
 
 
 def _clipped(text: str, max_bytes: int) -> str:
@@ -259,7 +306,7 @@ class SessionStore:
             str(item.get("status", "open")),
             item.get("active_turn_id"),
             int(item.get("turn_counter", 0)),
-            list(item.get("history", [])),
+            _from_item_value(list(item.get("history", []))),
             int(item.get("history_version", 0)),
         )
 
@@ -529,16 +576,27 @@ class SessionStore:
 
     # --- conversation history -------------------------------------------------------------
 
-    def append_history(self, connection_id: str, prompt: str, answer: str) -> bool:
+    def append_history(
+        self,
+        connection_id: str,
+        prompt: str,
+        answer: str,
+        messages: list[dict[str, Any]] | None = None,
+    ) -> bool:
         """Add a question and its answer to the history kept for follow-ups, bounded by
-        ``HISTORY_MESSAGES`` and ``HISTORY_MAX_BYTES``. Concurrent appends are serialized by a
-        version check (read, then write only if nobody wrote in between; else read again), so
-        none is lost. False if the connection is gone from the table."""
+        ``HISTORY_MESSAGES`` and ``HISTORY_MAX_BYTES``. ``messages``: the agent's messages
+        after the prompt (its tool calls, their results, the answer), kept instead of
+        ``answer`` alone. Concurrent appends are serialized by a version check (read, then
+        write only if nobody wrote in between; else read again), so none is lost. False if the
+        connection is gone from the table."""
         budget = HISTORY_MAX_BYTES // 2  # one exchange never takes more than half the budget
-        exchange = [
-            {"role": "user", "content": [{"text": _clipped(prompt, budget // 4)}]},
-            {"role": "assistant", "content": [{"text": _clipped(answer, budget // 2)}]},
-        ]
+        question = {"role": "user", "content": [{"text": _clipped(prompt, budget // 4)}]}
+        if messages:
+            share = budget // (2 * len(messages))
+            exchange = [question, *(_clipped_message(m, share) for m in messages)]
+        else:
+            answered = {"role": "assistant", "content": [{"text": _clipped(answer, budget // 2)}]}
+            exchange = [question, answered]
         for _ in range(HISTORY_WRITE_ATTEMPTS):
             record = self.get_connection(connection_id)
             if record is None:
@@ -549,7 +607,7 @@ class SessionStore:
                 CONNECTION,
                 "SET history = :history, history_version = :next",
                 {
-                    ":history": history,
+                    ":history": _to_item_value(history),
                     ":next": record.history_version + 1,
                     ":seen": record.history_version,
                 },

@@ -27,6 +27,12 @@ def timeline_line(event: TimedEvent) -> str:
             what = f"#{data['index']} {data['text']}"
         case "audio":
             what = f"frame {data['seq']}, {data['bytes']:,} bytes"
+        case "tool_start":
+            what = f"working: {data['name']} ({data['tool_use_id']})"
+            if data.get("input") is not None:
+                what += f" {data['input']}"
+        case "tool_end":
+            what = f"{data['name']} {data['status']} after {data['ms']:.0f} ms"
         case "turn_end":
             timings = ", ".join(
                 f"{name.removesuffix('_ms')} {value:.0f} ms"
