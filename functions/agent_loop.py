@@ -69,7 +69,9 @@ class BedrockAgent:
 
     @property
     def text(self) -> str:
-        return "".join(result.text for result in self.results)
+        """Every round's text, a space between rounds where the model wrote none."""
+        return "".join(_spaced(self.results[:index], result.text)
+                       for index, result in enumerate(self.results))  # fmt: skip
 
     @property
     def stop_reason(self) -> str | None:
@@ -88,9 +90,12 @@ class BedrockAgent:
             self.results.append(result)
             self._round_stop = threading.Event()  # the stream sets its own when it ends
             calls: list[ToolUseRequest] = []
+            opening = True  # this round has written no text yet
             async for item in stream_model(self.client, request, result, self._round_stop):
                 if isinstance(item, str):
-                    yield AgentText(item)
+                    # The first text after a tool call continues the preamble: a space between.
+                    yield AgentText(_spaced(self.results[:-1], item) if opening else item)
+                    opening = False
                 elif isinstance(item, ToolUseOpened):
                     yield ToolCallOpened(item.tool_use_id, item.name)
                 else:
@@ -165,6 +170,14 @@ class BedrockAgent:
                 "role": "user",
                 "content": [outcomes[call.tool_use_id].result for call in calls],
             })  # fmt: skip
+
+
+def _spaced(before: list[LlmResult], text: str) -> str:
+    """``text`` opening a round: a space before it when the text before ends without one."""
+    written = "".join(result.text for result in before)
+    if written and text and not written[-1].isspace() and not text[0].isspace():
+        return " " + text
+    return text
 
 
 def _ended(outcome: ToolOutcome) -> ToolCallEnded:

@@ -52,6 +52,36 @@ def exception(kind: str, message: str) -> bytes:
     return encode_message(headers, json.dumps({"message": message}).encode())
 
 
+def tool_call(
+    preamble: str, name: str, input_json: str, tool_use_id: str = "tooluse_1"
+) -> list[bytes]:
+    """A model message that says ``preamble``, then calls ``name`` with its input written in two
+    fragments (``stopReason: tool_use``), as Bedrock streams one."""
+    cut = len(input_json) // 2
+    start = {"toolUse": {"toolUseId": tool_use_id, "name": name}}
+    return [
+        event("messageStart", {"role": "assistant"}),
+        delta(preamble),
+        event("contentBlockStop", {"contentBlockIndex": 0}),
+        event("contentBlockStart", {"start": start, "contentBlockIndex": 1}),
+        *(
+            event(
+                "contentBlockDelta", {"delta": {"toolUse": {"input": part}}, "contentBlockIndex": 1}
+            )
+            for part in (input_json[:cut], input_json[cut:])
+        ),
+        event("contentBlockStop", {"contentBlockIndex": 1}),
+        event("messageStop", {"stopReason": "tool_use"}),
+        event(
+            "metadata",
+            {
+                "usage": {"inputTokens": 9, "outputTokens": 5, "totalTokens": 14},
+                "metrics": {"latencyMs": 5},
+            },
+        ),
+    ]
+
+
 def answer(*texts: str, stop_reason: str = "end_turn") -> list[bytes]:
     """A whole model answer: messageStart, one delta per text, messageStop, metadata."""
     usage = {"inputTokens": 3, "outputTokens": len(texts), "totalTokens": 3 + len(texts)}
@@ -69,6 +99,9 @@ class Script:
     """How the stand-in answers each request."""
 
     messages: Sequence[bytes] = field(default_factory=lambda: answer("Hello", " there."))
+    # The messages of each request in turn (an agent's rounds); the last answers any later one.
+    # None: ``messages`` answers every request.
+    rounds: Sequence[Sequence[bytes]] | None = None
     hold_headers_s: float = 0.0  # before the status line: the call itself waits
     holds: Mapping[int, float] = field(default_factory=dict)  # message index: seconds before it
     hang_up_before_headers: bool = False  # close the connection without any response
@@ -176,8 +209,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("x-amzn-RequestId", "standin-request")
         self.end_headers()
         self.wfile.flush()
+        messages = script.messages
+        if script.rounds is not None:
+            messages = script.rounds[min(len(standin.requests), len(script.rounds)) - 1]
         try:
-            for index, message in enumerate(script.messages):
+            for index, message in enumerate(messages):
                 if script.hang_up_after is not None and index >= script.hang_up_after:
                     self._hang_up()
                     return

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DOCS = (ROOT / "docs", ROOT / "README.md")
 MATCHES = 3
 EXCERPT_CHARACTERS = 600
+MIN_EXCERPT_WORDS = 12  # a section with less prose (a table, a command) has nothing to say aloud
 # BM25's usual constants: term-frequency saturation and length normalization.
 K1, B = 1.2, 0.75
 _WORD = re.compile(r"[a-z0-9][a-z0-9_\-]*")
@@ -56,7 +57,7 @@ class Section:
 
     @cached_property
     def terms(self) -> Counter[str]:
-        return Counter(words(self.heading) * 2 + words(self.text))
+        return Counter(words(self.heading) * 3 + words(self.text))
 
 
 def words(text: str) -> list[str]:
@@ -117,19 +118,38 @@ class DocsIndex:
                                   (self.document_frequency[term] + 0.5))  # fmt: skip
                 norm = K1 * (1 - B + B * length / (self.average_length or 1))
                 score += rarity * frequency * (K1 + 1) / (frequency + norm)
-            if score > 0:
+            if score > 0 and len(excerpt(section.text).split()) >= MIN_EXCERPT_WORDS:
                 scored.append((score, section))
         scored.sort(key=lambda item: -item[0])
         return scored[:limit]
 
 
 def excerpt(text: str, limit: int = EXCERPT_CHARACTERS) -> str:
-    """The section's opening, as plain prose: markup and table rules dropped, cut at a word."""
-    plain = re.sub(r"`+|\*\*|__|^\s*[-*|]+\s*|\[([^\]]*)\]\([^)]*\)", r"\1", text, flags=re.M)
+    """The section's prose, as a voice can say it: code blocks, tables, inline code and markup
+    dropped (a command read aloud helps nobody), links as their text, cut at a word."""
+    prose = re.sub(r"^```.*?^```[^\n]*$", "", text, flags=re.M | re.S)
+    prose = re.sub(r"^\s*\|.*$", "", prose, flags=re.M)
+    # Inline code: a plain word stays (`fast_start`), a path or command goes.
+    prose = re.sub(r"`([^`]*)`", lambda m: "" if re.search(r"[\s/=]|--", m[1]) else m[1], prose)
+    prose = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", prose)
+    plain = re.sub(r"\*\*|__|^\s*(?:[-*]|\d+\.)\s+", "", prose, flags=re.M)
+    plain = re.sub(r"\(\s*[,;:]?\s*", "(", plain)  # what dropped code leaves behind
+    plain = re.sub(r"\s*\(\s*\)|\s+(?=[,;:.)])|(?<=[,;:])\s*[,;:]+", "", plain)
     plain = " ".join(plain.split())
     if len(plain) <= limit:
         return plain
     return plain[:limit].rsplit(" ", 1)[0] + " ..."
+
+
+def spoken_heading(heading: str) -> str:
+    """A heading without its code asides: ``Chunker (`voicewire/chunker.py`)`` is ``Chunker``."""
+    return re.sub(r"\s*\([^)]*`[^)]*\)", "", heading).replace("`", "").strip()
+
+
+def first_sentence(text: str) -> str:
+    """The excerpt's first sentence (a spoken answer's worth)."""
+    match = re.search(r"(?<=[.!?])\s+(?=[A-Z])", text)
+    return text[: match.start()] if match else text
 
 
 def search_docs_tool(
@@ -144,11 +164,14 @@ def search_docs_tool(
         if not index:
             index.append(await asyncio.to_thread(DocsIndex, sources))
         found = index[0].search(given.query)
-        matches = [
-            {"file": section.file, "heading": section.heading, "excerpt": excerpt(section.text),
-             "score": round(score, 2)}
-            for score, section in found
-        ]  # fmt: skip
+        matches = []
+        for score, section in found:
+            opening = excerpt(section.text)
+            heading = spoken_heading(section.heading)
+            matches.append({
+                "file": section.file, "heading": heading, "excerpt": opening,
+                "summary": first_sentence(opening), "score": round(score, 2),
+            })  # fmt: skip
         return {"query": given.query, "matches": matches}
 
     return Tool(
