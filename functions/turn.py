@@ -302,8 +302,11 @@ class TurnRunner:
         fail at once if the speech session cannot be opened."""
 
         async def pump() -> None:
-            async for event in events:
-                await self._post(event)
+            # Closed when the pump is cancelled: the producers' tasks (the agent, its tools)
+            # end with it, not whenever the abandoned generator is collected.
+            async with contextlib.aclosing(events):
+                async for event in events:
+                    await self._post(event)
 
         async def watch_speech() -> None:
             await self._speech()  # raises if the session could not be opened
@@ -449,8 +452,9 @@ class TurnRunner:
                     if isinstance(event, AudioChunk):
                         queue.put_nowait(event.pcm)
 
-        async for item in _merge(queue, [text_task(), audio_task()]):
-            yield item
+        async with contextlib.aclosing(_merge(queue, [text_task(), audio_task()])) as merged:
+            async for item in merged:
+                yield item
 
     def _tool_start(self, event: ToolCallStarted) -> ToolStart:
         shown = event.input if self.show_tool_data else None

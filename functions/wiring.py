@@ -35,20 +35,25 @@ class Adapters:
     # at the moment they were recorded (``voicewire replay``).
     clock: Callable[[], float] = time.time
     _management_clients: dict[str, Any] = field(default_factory=dict)
+    _tools: tuple[Settings, ToolRegistry] | None = None
 
     @cached_property
     def store(self) -> SessionStore:
         return SessionStore(self.dynamodb, self.settings.table_name)
 
-    @cached_property
+    @property
     def tools(self) -> ToolRegistry:
-        """The tools the agent may call, as the settings name them."""
+        """The tools the agent may call, as the settings name them (made again when the
+        settings are replaced, as the local stack and the tests do)."""
         settings = self.settings
-        docs = (Path(settings.docs_path),) if settings.docs_path else DEFAULT_DOCS
-        return sample_tools(
-            settings.tools, latency_seconds=settings.tool_latency_ms / 1000, docs=docs,
-            timeout_seconds=settings.tool_timeout_seconds,
-        )  # fmt: skip
+        if self._tools is None or self._tools[0] is not settings:
+            docs = (Path(settings.docs_path),) if settings.docs_path else DEFAULT_DOCS
+            registry = sample_tools(
+                settings.tools, latency_seconds=settings.tool_latency_ms / 1000, docs=docs,
+                timeout_seconds=settings.tool_timeout_seconds,
+            )  # fmt: skip
+            self._tools = (settings, registry)
+        return self._tools[1]
 
     @cached_property
     def speech_sessions(self) -> KeptSpeechSession:

@@ -231,3 +231,47 @@ def test_history_is_bounded_in_bytes(store):
     assert history[0]["role"] == "user" and history[-1]["role"] == "assistant"
     assert history[-2]["content"][0]["text"] == "question 5"  # the newest exchange is kept
     assert bounded_history(history) == history
+
+
+def tool_turn(call_id: str, status: str = "success") -> list[dict]:
+    """A tool turn's messages after the prompt: the call, its result (with a float, which
+    DynamoDB stores only as a number of its own), the answer."""
+    return [
+        {"role": "assistant", "content": [
+            {"text": "Let me check."},
+            {"toolUse": {"toolUseId": call_id, "name": "convert", "input": {"amount": 2.5}}},
+        ]},
+        {"role": "user", "content": [{"toolResult": {
+            "toolUseId": call_id, "content": [{"json": {"rate": 1.0875, "count": 3}}],
+            "status": status,
+        }}]},
+        {"role": "assistant", "content": [{"text": "It is 2.72."}]},
+    ]  # fmt: skip
+
+
+def test_a_tool_turn_is_kept_whole_and_its_numbers_come_back_as_json(store):
+    store.put_connection("c1", "alice", "binary")
+    store.append_history("c1", "Convert 2.5", "Let me check. It is 2.72.", tool_turn("t1"))
+    history = store.get_connection("c1").history
+    assert history == [{"role": "user", "content": [{"text": "Convert 2.5"}]}, *tool_turn("t1")]
+    json.dumps(history)  # what botocore does with a request: no Decimal left
+
+
+def test_a_cut_turn_ending_with_its_results_takes_the_next_question_in(store):
+    store.put_connection("c1", "alice", "binary")
+    cut = tool_turn("t1", "error")[:2]
+    store.append_history("c1", "Convert 2.5", "Let me check.", cut)
+    store.append_history("c1", "Never mind. Hi!", "Hi!")
+    roles = [m["role"] for m in store.get_connection("c1").history]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    merged = store.get_connection("c1").history[2]["content"]
+    assert "toolResult" in merged[0] and merged[1] == {"text": "Never mind. Hi!"}
+
+
+def test_a_bounded_history_never_opens_with_a_tool_result():
+    question = {"role": "user", "content": [{"text": "q"}]}
+    messages = [question, *tool_turn("t1"), question, *tool_turn("t2")]
+    for size in range(1, len(messages) + 1):
+        kept = bounded_history(messages, max_messages=size)
+        if kept:
+            assert kept[0] == question

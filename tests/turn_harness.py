@@ -28,6 +28,7 @@ from functions.adapters.relay import Relay, management_client
 from functions.adapters.replay_llm import ReplayBedrockClient
 from functions.adapters.session_store import dynamodb_client
 from functions.adapters.session_table import create_table
+from functions.agent_loop import BedrockAgent
 from functions.handlers.connect import connect
 from functions.handlers.messages import handle_message
 from functions.settings import Settings
@@ -89,11 +90,15 @@ async def run_turn(
     text_flush: str = "interval",
     watch=None,
     llm=None,
+    tools=None,
+    **runner_options,
 ) -> tuple[TurnOutcome, RecordingConnection, ReplayBedrockClient]:
     """``speech_opening``: an async function that returns the open session, run as a task as
     the worker does (default: a session opened before the turn starts). ``watch``: called with
     each frame's bytes as it is posted (on the posting thread). ``llm``: a ConverseStream client
-    instead of the replay LLM (which is returned either way, as the third item)."""
+    instead of the replay LLM (which is returned either way, as the third item). ``tools``: a
+    ``ToolRegistry`` the built-in agent may call. ``runner_options``: more ``TurnRunner``
+    fields (``tool_filler_seconds``, ...)."""
     client = boto3.client("apigatewaymanagementapi", endpoint_url=CALLBACK_URL)
     connection = RecordingConnection(client, gone_after=gone_after, latency=post_latency)
     cancelled = asyncio.Event()
@@ -111,6 +116,10 @@ async def run_turn(
     llm = llm or replay
 
     def runner_for(speech) -> TurnRunner:
+        agent = None
+        if tools is not None and mode != "speak":
+            request = converse_request("replay", [], prompt, tool_config=tools.tool_config())
+            agent = BedrockAgent(llm, request, tools)
         return TurnRunner(
             TurnSpec("turn-3", 3, mode, time.time(), voice=voice),
             relay,
@@ -119,6 +128,8 @@ async def run_turn(
             llm=llm,
             llm_request=converse_request("replay", [], prompt),
             text=text,
+            agent=agent,
+            **runner_options,
         )
 
     if speech_opening is None:

@@ -73,13 +73,19 @@ class Recording:
 
 
 class ReplayBedrockClient:
-    def __init__(self, recordings_dir: Path = RECORDINGS_DIR, pace: float = 1.0) -> None:
-        """``pace`` scales the recorded delays (0 replays instantly, for tests of logic only)."""
+    def __init__(
+        self,
+        recordings_dir: Path = RECORDINGS_DIR,
+        pace: float = 1.0,
+        requests: list[dict[str, Any]] | None = None,
+    ) -> None:
+        """``pace`` scales the recorded delays (0 replays instantly, for tests of logic only);
+        ``requests``: where to keep the requests it is sent (a list several clients share)."""
         paths = sorted(recordings_dir.glob("*.json"))
         self.recordings = [Recording.load(path) for path in paths]
         self.default = next(r for r in self.recordings if r.name == "default")
         self.pace = pace
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = [] if requests is None else requests
 
     def choose(self, prompt: str) -> Recording:
         lowered = prompt.lower()

@@ -206,6 +206,16 @@ def bounded_history(
     return kept
 
 
+def _joined(history: list[dict[str, Any]], exchange: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``exchange`` after ``history``; a history that ends with the user's own message (the tool
+    results of a turn cut short) takes the question into it, as roles must alternate."""
+    if history and history[-1].get("role") == "user" and exchange:
+        last, question = history[-1], exchange[0]
+        merged = {"role": "user", "content": [*last["content"], *question["content"]]}
+        return [*history[:-1], merged, *exchange[1:]]
+    return [*history, *exchange]
+
+
 def _clipped_message(message: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     """``message`` with each text clipped to ``max_bytes`` and a tool result over it replaced by
     its text, clipped (a tool's reply is bounded by design; this bounds a runaway one)."""
@@ -601,7 +611,7 @@ class SessionStore:
             record = self.get_connection(connection_id)
             if record is None:
                 return False
-            history = bounded_history([*record.history, *exchange])
+            history = bounded_history(_joined(record.history, exchange))
             written = self._update(
                 connection_id,
                 CONNECTION,

@@ -67,6 +67,13 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         help="add this latency to every @connections post (tens of ms on AWS)",
     )
     parser.add_argument(
+        "--tool-latency-ms",
+        type=float,
+        default=0.0,
+        help="delay every sample tool's answer by this much: a slow tool, to hear the filler "
+        "and to interrupt one (e.g. 3000)",
+    )
+    parser.add_argument(
         "--post-frames",
         choices=["binary", "text"],
         default="binary",
@@ -96,6 +103,7 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         fragment_seed=args.fragment_seed,
         post_latency_ms=args.post_latency_ms,
         post_frames=args.post_frames,
+        tool_latency_ms=args.tool_latency_ms,
     )
 
 
@@ -163,7 +171,9 @@ def _print_addresses(stack: Any) -> None:
         f"  management  {stack.base_url}/@connections/{{connectionId}}\n"
         f"  speech      {_speech_line(stack)}\n"
         f"  llm         {llm}\n"
+        f"  tools       {', '.join(stack.adapters.settings.tools) or 'none'}\n"
         f'\nTry: uv run voicewire ask "What is the release plan?"\n'
+        '     uv run voicewire ask "What time is it in Paris?"  (a tool call)\n'
         "Ctrl-C stops everything.",
         flush=True,
     )

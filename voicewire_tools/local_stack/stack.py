@@ -81,6 +81,8 @@ class StackOptions:
     # the output meets cut frames. False: frames whole (sagemaker_runtime, partial_parts).
     partial_parts: bool = True
     fragment_seed: int | None = None
+    # Every sample tool waits this long (a slow tool, to demonstrate the filler and barge-in).
+    tool_latency_ms: float = 0.0
 
 
 @dataclass
@@ -125,6 +127,9 @@ class LocalStack:
         self._previous_adapters: Any = None
         self._runtime: Any = None
         self._bedrock: Any = None
+        # What the replay LLM was sent, every turn (its clients share this list): what Bedrock
+        # would have been sent.
+        self.llm_requests: list[dict[str, Any]] = []
         self._tls_dir: Path | None = None
         self.tls: Any = None
         self.adapters: Any = None
@@ -236,6 +241,7 @@ class LocalStack:
             speech_session_reuse=options.keep_speech_sessions,
             region=REGION,
             allowed_origins=options.allowed_origins,
+            tool_latency_ms=options.tool_latency_ms,
         )
         self.functions = LocalFunctions(AsyncBehaviour(retry_delays=options.async_retry_delays))
         adapters = Adapters(
@@ -407,7 +413,7 @@ class LocalStack:
             return self._bedrock
         from functions.adapters.replay_llm import ReplayBedrockClient
 
-        return ReplayBedrockClient(pace=self.options.llm_pace)
+        return ReplayBedrockClient(pace=self.options.llm_pace, requests=self.llm_requests)
 
     def _start_moto(self) -> str:
         from moto.server import ThreadedMotoServer
