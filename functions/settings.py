@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
+    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -61,6 +62,15 @@ def _name_list(value: Any) -> Any:
     return value
 
 
+def _known_tools(names: tuple[str, ...]) -> tuple[str, ...]:
+    from functions.tools import TOOL_MAKERS
+
+    unknown = [name for name in names if name not in TOOL_MAKERS]
+    if unknown:
+        raise ValueError(f"unknown tools {unknown}; the tools are {sorted(TOOL_MAKERS)}")
+    return names
+
+
 def _origins(value: Any) -> Any:
     if isinstance(value, str):
         return parse_origins(value)
@@ -79,8 +89,7 @@ Voices = Annotated[frozenset[str] | None, BeforeValidator(_comma_list)]
 Origins = Annotated[frozenset[str] | None, BeforeValidator(_origins)]
 # In order: the tool definitions are sent in this order on every turn, and a prompt cache
 # (``cachePoint``) only hits on the same bytes.
-SampleTool = Literal["current_time", "search_docs"]
-ToolNames = Annotated[tuple[SampleTool, ...], BeforeValidator(_name_list)]
+ToolNames = Annotated[tuple[str, ...], BeforeValidator(_name_list), AfterValidator(_known_tools)]
 
 
 class Settings(BaseModel):

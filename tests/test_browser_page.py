@@ -192,6 +192,40 @@ async def test_the_page_connects_by_itself_asks_in_bidi_and_batch_and_shows_the_
     assert problems == []  # config.json included: answered, and read without an error
 
 
+async def test_the_page_shows_the_agent_working_while_a_tool_runs(stack):
+    errors: list[str] = []
+    previous = stack.adapters.settings
+    stack.adapters.settings = previous.changed(tool_latency_ms=2500)
+    try:
+        async with chromium_page(errors) as page:
+            await page.goto(f"{stack.base_url}/")
+            await wait_open(page)
+            await page.fill("#prompt", "What time is it in Paris?")
+            await page.click("#ask")
+            await until(
+                page, "document.getElementById('turn-summary').textContent"
+                ".includes('working: current_time')", within_ms=TURN,
+            )  # fmt: skip
+            await until(  # the chart's tools lane, drawn at its next frame
+                page, "[...document.querySelectorAll('#timeline .tool-name')]"
+                ".map(e => e.textContent).join() === 'working: current_time'",
+            )  # fmt: skip
+            await wait_turn(page, 1)
+            summary = await page.inner_text("#turn-summary")
+            assert "working" not in summary
+            spans = await page.eval_on_selector_all("#timeline .lane-tool.mark", "r => r.length")
+            assert spans == 1
+            labels = await page.eval_on_selector_all(
+                "#timeline .tool-name", "t => t.map(e => e.textContent)"
+            )
+            assert labels == ["current_time"]
+            transcript = " ".join((await page.inner_text("#transcript")).split())
+            assert transcript.startswith("Let me check the clock. In Paris, it is")
+    finally:
+        stack.adapters.settings = previous
+    assert errors == []
+
+
 async def test_stop_silences_the_turn_at_once_and_a_new_ask_barges_in(stack):
     errors: list[str] = []
     async with chromium_page(errors) as page:

@@ -221,6 +221,7 @@ function received(speed) {
     sentences: [],
     frames: [],
     playback: [],
+    tools: [], // {id, name, from, to, status}: each tool call, ms from the click
     marks: {},
     server: {},
     audioSeconds: 0,
@@ -360,6 +361,15 @@ function handleFrame(frame) {
         turn.text.addSentence(frame.index, frame.text);
         turn.sentences.push(since(turn));
         mark(turn, "sentence");
+      });
+    case "tool_start":
+      return handleText(frame, (turn) => {
+        turn.tools.push({ id: frame.tool_use_id, name: frame.name, from: since(turn) });
+      });
+    case "tool_end":
+      return handleText(frame, (turn) => {
+        const call = turn.tools.find((t) => t.id === frame.tool_use_id);
+        if (call) Object.assign(call, { to: since(turn), status: frame.status });
       });
     case "turn_end":
       return handleEnd(frame);
@@ -535,11 +545,19 @@ function render() {
     ? `turn ${turn.number ?? "…"}, ${turn.mode}, ${turn.status}` +
       (turn.voice ? `, ${turn.voice}` : "") +
       (turn.speed !== 1 ? `, ${turn.speed.toFixed(2)}×` : "") +
-      (turn.delivery ? `, ${turn.delivery} audio frames` : "")
+      (turn.delivery ? `, ${turn.delivery} audio frames` : "") +
+      working(turn)
     : "";
   if (turn) renderText($("transcript"), turn.text);
   renderHistory();
   chartDirty = true;
+}
+
+/** ", working: current_time" while a tool of the turn runs (the agent is acting, not stuck). */
+function working(turn) {
+  if (turn.ended) return "";
+  const running = turn.tools.filter((t) => t.to == null).map((t) => t.name);
+  return running.length ? `, working: ${running.join(", ")}` : "";
 }
 
 const historyRows = new Map(); // turn -> its row, kept so that focus survives an update
@@ -627,6 +645,7 @@ function drawChart() {
     sentences: turn.sentences,
     frames: turn.frames,
     playback: turn.playback,
+    tools: turn.tools,
     heard: turn.marks.heard,
     end: turn.marks.end,
   }));

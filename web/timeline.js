@@ -14,6 +14,7 @@ const AXIS_HEIGHT = 22;
 export const LANES = [
   ["text", "text_delta frames received", "lane-text"],
   ["sentences", "sentence frames received (chunks cut for speech)", "lane-sentence"],
+  ["tools", "tool calls, from tool_start to tool_end (the agent working)", "lane-tool"],
   ["audio in", "audio frames received", "lane-frame"],
   ["playback", "audio as heard (gaps are stalls)", "lane-play"],
 ];
@@ -34,7 +35,7 @@ function tickStep(span) {
 }
 
 /** Draw `turns` into `svg`. Each turn: {title, deltas, sentences, frames: [ms],
- * playback: [[fromMs, toMs]], heard, end}, all ms from its click. */
+ * playback: [[fromMs, toMs]], tools: [{name, from, to}], heard, end}, all ms from its click. */
 export function drawTimeline(svg, turns) {
   const width = Math.max(320, Math.round(svg.clientWidth || svg.parentElement?.clientWidth || 640));
   const blockHeight = TITLE_HEIGHT + LANES.length * (LANE_HEIGHT + LANE_GAP);
@@ -51,6 +52,7 @@ export function drawTimeline(svg, turns) {
       ...turn.playback.map(([, to]) => to),
       ...turn.frames,
       ...turn.deltas,
+      ...(turn.tools ?? []).map((call) => call.to ?? call.from),
     ]),
   );
   const step = tickStep(latest);
@@ -98,11 +100,22 @@ export function drawTimeline(svg, turns) {
     };
     ticks(turn.deltas, 0, "mark lane-text");
     ticks(turn.sentences, 1, "mark lane-sentence");
-    ticks(turn.frames, 2, "mark lane-frame");
+    for (const call of turn.tools ?? []) {
+      const to = call.to ?? turn.end ?? latest; // still running: up to now
+      svg.append(
+        node("rect", {
+          x: x(call.from), y: laneY(2) + 2, width: Math.max(2, x(to) - x(call.from)),
+          height: LANE_HEIGHT - 4, class: "mark lane-tool",
+        }),
+      );
+      const label = `${call.to == null ? "working: " : ""}${call.name}`;
+      svg.append(node("text", { x: x(call.from) + 3, y: laneY(2) + 12, class: "tool-name" }, label));
+    }
+    ticks(turn.frames, 3, "mark lane-frame");
     for (const [from, to] of turn.playback) {
       svg.append(
         node("rect", {
-          x: x(from), y: laneY(3) + 2, width: Math.max(1, x(to) - x(from)), height: LANE_HEIGHT - 4,
+          x: x(from), y: laneY(4) + 2, width: Math.max(1, x(to) - x(from)), height: LANE_HEIGHT - 4,
           class: "mark lane-play",
         }),
       );

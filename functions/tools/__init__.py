@@ -1,24 +1,46 @@
-"""The agent's tools: the registry (``registry``) and the sample tools a deployment can offer."""
+"""The agent's tools: the registry (``registry``) and the tools a deployment can offer, by name.
+
+To offer a tool of your own: write it next to the samples (an async function taking a pydantic
+model, wrapped in a ``Tool``; ``current_time.py`` is the shortest example), add its maker to
+``TOOL_MAKERS`` and name it in ``VOICEWIRE_TOOLS``. Being imported from here is what puts it in
+the Lambda bundle (``stacks/lambda_bundle.py`` follows the handlers' imports).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from functions.tools.current_time import current_time_tool
 from functions.tools.registry import Tool, ToolOutcome, ToolRegistry, cancelled_outcome
 from functions.tools.search_docs import DEFAULT_DOCS, search_docs_tool
 
-SAMPLE_TOOLS = ("current_time", "search_docs")
-
 __all__ = [
     "SAMPLE_TOOLS",
+    "TOOL_MAKERS",
     "Tool",
+    "ToolOptions",
     "ToolOutcome",
     "ToolRegistry",
     "cancelled_outcome",
     "sample_tools",
 ]
+
+
+@dataclass(frozen=True)
+class ToolOptions:
+    """What a deployment's settings tell its tools."""
+
+    latency_seconds: float = 0.0  # every answer waits this long (a slow tool, for demos)
+    docs: tuple[Path, ...] = DEFAULT_DOCS  # search_docs' documents
+
+
+TOOL_MAKERS: dict[str, Callable[[ToolOptions], Tool]] = {
+    "current_time": lambda options: current_time_tool(options.latency_seconds),
+    "search_docs": lambda options: search_docs_tool(options.docs, options.latency_seconds),
+}
+SAMPLE_TOOLS = ("current_time", "search_docs")
 
 
 def sample_tools(
@@ -28,12 +50,10 @@ def sample_tools(
     docs: tuple[Path, ...] = DEFAULT_DOCS,
     timeout_seconds: float | None = None,
 ) -> ToolRegistry:
-    """The registry of the sample tools named (a deployment's ``VOICEWIRE_TOOLS``)."""
-    makers = {
-        "current_time": lambda: current_time_tool(latency_seconds),
-        "search_docs": lambda: search_docs_tool(docs, latency_seconds),
-    }
-    unknown = sorted(set(names) - makers.keys())
+    """The registry of the tools named (a deployment's ``VOICEWIRE_TOOLS``), in that order."""
+    names = tuple(names)
+    unknown = sorted(set(names) - TOOL_MAKERS.keys())
     if unknown:
-        raise ValueError(f"unknown tools {unknown}; the sample tools are {sorted(makers)}")
-    return ToolRegistry([makers[name]() for name in names], timeout_seconds)
+        raise ValueError(f"unknown tools {unknown}; the tools are {sorted(TOOL_MAKERS)}")
+    options = ToolOptions(latency_seconds, docs)
+    return ToolRegistry([TOOL_MAKERS[name](options) for name in names], timeout_seconds)
