@@ -149,6 +149,12 @@ class Settings(BaseModel):
     # frame type for @connections posts).
     audio_delivery: AudioDelivery = Field("binary", alias="VOICEWIRE_AUDIO_DELIVERY")
 
+    # Who answers an ask: the built-in loop over converse_stream ("builtin"), a Strands agent
+    # ("strands"), or a user's Strands agent ("strands:package.module:function", called with the
+    # model, tools and system_prompt voicewire would use, returning a strands.Agent).
+    agent: str = Field(
+        "builtin", alias="VOICEWIRE_AGENT", pattern=r"^(builtin|strands(:[\w.]+:\w+)?)$"
+    )
     # The tools the agent may call (functions/tools; "" for none), and how it may call them:
     # rounds of calls per turn, each call's time limit, the filler a slow tool gets when nothing
     # was said before it (0: none), and whether tool_start/tool_end carry the input and result

@@ -27,6 +27,7 @@ from functions.adapters.llm import converse_request
 from functions.adapters.relay import Relay
 from functions.adapters.session_store import ClaimVerdict, SessionStore
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
+from functions.agent_events import AgentTurn
 from functions.agent_loop import BedrockAgent
 from functions.observability import logger
 from functions.settings import Settings
@@ -209,14 +210,23 @@ async def run_claimed(
     return final
 
 
-async def _agent(job: WorkerJob, adapters: Adapters, head: HeadStart) -> BedrockAgent | None:
-    """The agent that answers an ask, over the history the head start read; None to speak a
-    given text."""
+async def _agent(job: WorkerJob, adapters: Adapters, head: HeadStart) -> AgentTurn | None:
+    """The agent that answers an ask (the settings' ``agent``), over the history the head start
+    read; None to speak a given text."""
     if head.reading is None:
         return None
     settings = adapters.settings
     connection = await head.reading
     history = connection.history if connection else []
+    if settings.agent.startswith("strands"):
+        from functions.strands_agent import StrandsAgentTurn, agent_factory
+
+        return StrandsAgentTurn(
+            adapters.llm_client(), settings.bedrock_model_id, history, job.prompt or "",
+            settings.system_prompt, adapters.tools, settings.max_output_tokens,
+            settings.max_tool_rounds, agent_factory(settings.agent),
+            tool_result_status=True if settings.llm == "replay" else "auto",
+        )  # fmt: skip
     request = converse_request(
         settings.bedrock_model_id, history, job.prompt or "", settings.system_prompt,
         settings.max_output_tokens, adapters.tools.tool_config(),

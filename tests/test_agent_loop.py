@@ -12,7 +12,7 @@ import pytest
 from bedrock_standin import BedrockStandin, Script, answer, tool_call
 from pydantic import BaseModel
 
-from functions.adapters.llm import bedrock_client, converse_request
+from functions.adapters.llm import INTERRUPTED, bedrock_client, converse_request
 from functions.agent_events import (
     AgentText,
     AnswerEnded,
@@ -203,10 +203,11 @@ async def test_a_cancel_during_a_tool_cancels_it_and_answers_the_call_cancelled(
     assert [m["role"] for m in agent.messages] == ["assistant", "user"]
     result = agent.messages[1]["content"][0]["toolResult"]
     assert result["status"] == "error" and "cancelled" in result["content"][0]["text"]
-    # The next turn's prompt joins that user message: roles still alternate.
+    # Before the next turn's prompt, the assistant's "interrupted": roles still alternate, and
+    # no message holds tool results and text at once (some models refuse that).
     after = converse_request("model", [*agent.messages], "And now?")["messages"]
-    assert [m["role"] for m in after] == ["assistant", "user"]
-    assert after[-1]["content"][-1] == {"text": "And now?"}
+    assert [m["role"] for m in after] == ["assistant", "user", "assistant", "user"]
+    assert after[2] == INTERRUPTED and after[3]["content"] == [{"text": "And now?"}]
 
 
 async def test_still_running_is_told_once_per_round_of_a_slow_tool():

@@ -9,6 +9,7 @@ import time
 import boto3
 import pytest
 
+from functions.adapters.llm import INTERRUPTED
 from functions.adapters.session_store import (
     HISTORY_MAX_BYTES,
     HISTORY_MESSAGES,
@@ -32,8 +33,11 @@ def test_connections_are_recorded_and_marked_gone(store):
     store.put_connection("c1", "alice", "base64", now=1000.0)
     record = store.get_connection("c1")
     assert (record.principal, record.audio, record.status, record.turn_counter) == (
-        "alice", "base64", "open", 0,
-    )  # fmt: skip
+        "alice",
+        "base64",
+        "open",
+        0,
+    )
     item = (
         boto3.resource("dynamodb")
         .Table("sessions")
@@ -74,9 +78,12 @@ def test_cancel_happens_once_and_a_cancelled_turn_stays_cancelled(store):
     assert store.cancel_turn("c1", "t1") is True
     assert store.cancel_turn("c1", "t1") is False
     final = store.finish_turn(
-        "c1", "t1", "complete", Timings(first_audio_ms=812.5, total_ms=2000.0),
+        "c1",
+        "t1",
+        "complete",
+        Timings(first_audio_ms=812.5, total_ms=2000.0),
         {"audio_bytes": 96_000, "audio_frames": 10},
-    )  # fmt: skip
+    )
     assert final == "cancelled"
     item = store.get_turn("c1", "t1")
     assert item["status"] == "cancelled" and item["audio_frames"] == 10
@@ -237,16 +244,27 @@ def tool_turn(call_id: str, status: str = "success") -> list[dict]:
     """A tool turn's messages after the prompt: the call, its result (with a float, which
     DynamoDB stores only as a number of its own), the answer."""
     return [
-        {"role": "assistant", "content": [
-            {"text": "Let me check."},
-            {"toolUse": {"toolUseId": call_id, "name": "convert", "input": {"amount": 2.5}}},
-        ]},
-        {"role": "user", "content": [{"toolResult": {
-            "toolUseId": call_id, "content": [{"json": {"rate": 1.0875, "count": 3}}],
-            "status": status,
-        }}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"text": "Let me check."},
+                {"toolUse": {"toolUseId": call_id, "name": "convert", "input": {"amount": 2.5}}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "toolResult": {
+                        "toolUseId": call_id,
+                        "content": [{"json": {"rate": 1.0875, "count": 3}}],
+                        "status": status,
+                    }
+                }
+            ],
+        },
         {"role": "assistant", "content": [{"text": "It is 2.72."}]},
-    ]  # fmt: skip
+    ]
 
 
 def test_a_tool_turn_is_kept_whole_and_its_numbers_come_back_as_json(store):
@@ -257,15 +275,22 @@ def test_a_tool_turn_is_kept_whole_and_its_numbers_come_back_as_json(store):
     json.dumps(history)  # what botocore does with a request: no Decimal left
 
 
-def test_a_cut_turn_ending_with_its_results_takes_the_next_question_in(store):
+def test_a_cut_turn_ending_with_its_results_is_closed_by_the_assistant(store):
     store.put_connection("c1", "alice", "binary")
     cut = tool_turn("t1", "error")[:2]
     store.append_history("c1", "Convert 2.5", "Let me check.", cut)
     store.append_history("c1", "Never mind. Hi!", "Hi!")
-    roles = [m["role"] for m in store.get_connection("c1").history]
-    assert roles == ["user", "assistant", "user", "assistant"]
-    merged = store.get_connection("c1").history[2]["content"]
-    assert "toolResult" in merged[0] and merged[1] == {"text": "Never mind. Hi!"}
+    history = store.get_connection("c1").history
+    assert [m["role"] for m in history] == [
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+    ]
+    assert history[3] == INTERRUPTED
+    assert history[4]["content"] == [{"text": "Never mind. Hi!"}]
 
 
 def test_a_bounded_history_never_opens_with_a_tool_result():

@@ -93,3 +93,35 @@ async def _text(ws) -> str:
     while isinstance(frame := await ws.recv(), bytes):
         pass
     return frame
+
+
+async def test_a_strands_agent_answers_through_the_stack(stack):
+    previous = stack.adapters.settings
+    stack.adapters.settings = previous.changed(agent="strands")
+    asked = len(stack.llm_requests)
+    try:
+        result = await run_turn(
+            stack.ws_url, {"action": "ask", "prompt": "What time is it in Paris?", "mode": "batch"}
+        )
+    finally:
+        stack.adapters.settings = previous
+    kinds = [event.kind for event in result.events]
+    assert result.status == "complete" and len(result.audio) > 48_000
+    assert kinds.index("sentence") < kinds.index("tool_start") < kinds.index("tool_end")
+    sentences = [e.data["text"] for e in result.events if e.kind == "sentence"]
+    assert sentences[0] == "Let me check the clock." and sentences[1].startswith("In Paris, it is")
+    requests = stack.llm_requests[asked:]
+    assert len(requests) == 2  # Strands' own loop asked again with the tool's result
+    bedrock_accepts(requests[1]["messages"])
+
+
+def test_up_refuses_an_agent_it_does_not_know():
+    import argparse
+
+    import pytest
+
+    from voicewire_tools.commands.up import agent_choice
+
+    assert agent_choice("strands:my_agents.voice:make") == "strands:my_agents.voice:make"
+    with pytest.raises(argparse.ArgumentTypeError, match="give builtin, strands"):
+        agent_choice("langchain")

@@ -115,9 +115,11 @@ async def run_turn(
     replay = ReplayBedrockClient(pace=pace)
     llm = llm or replay
 
+    given_agent = runner_options.pop("agent", None)
+
     def runner_for(speech) -> TurnRunner:
-        agent = None
-        if tools is not None and mode != "speak":
+        agent = given_agent() if callable(given_agent) else given_agent
+        if agent is None and tools is not None and mode != "speak":
             request = converse_request("replay", [], prompt, tool_config=tools.tool_config())
             agent = BedrockAgent(llm, request, tools)
         return TurnRunner(

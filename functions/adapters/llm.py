@@ -214,15 +214,25 @@ def converse_request(
     return request
 
 
+# What the assistant "says" after the tool results of a turn cut short, so the next user message
+# does not follow a user message: roles must alternate, and some Bedrock models refuse tool
+# results and text in one message ("Conversation blocks and tool result blocks cannot be
+# provided in the same turn", the ValidationException Strands works around the same way,
+# sdk-python models/bedrock.py, issue 1223).
+INTERRUPTED = {"role": "assistant", "content": [{"text": "(I was interrupted before I answered.)"}]}
+
+
+def closed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as a history may keep them: ending with the assistant's, ``INTERRUPTED``
+    after the tool results of a turn cut short."""
+    if messages and messages[-1].get("role") == "user":
+        return [*messages, INTERRUPTED]
+    return messages
+
+
 def with_prompt(history: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:
-    """The messages of a request: the history, then the prompt as the user's. A history that
-    ends with the user's own message (the tool results of a turn cut short: the model never
-    answered them) takes the prompt into that message, as roles must alternate."""
-    text = {"text": prompt}
-    if history and history[-1].get("role") == "user":
-        last = history[-1]
-        return [*history[:-1], {"role": "user", "content": [*last["content"], text]}]
-    return [*history, {"role": "user", "content": [text]}]
+    """The messages of a request: the history (closed), then the prompt as the user's."""
+    return [*closed(history), {"role": "user", "content": [{"text": prompt}]}]
 
 
 def text_deltas(events: Iterator[dict[str, Any]], result: LlmResult) -> Iterator[str]:
@@ -297,7 +307,7 @@ def _llm_error(code: str, message: str) -> LlmError:
     return LlmError(ErrorCode.LLM_FAILED, f"the model's stream failed ({code}): {message}")
 
 
-def _as_llm_error(error: BaseException) -> BaseException:
+def as_llm_error(error: BaseException) -> BaseException:
     """The ``LlmError`` for a failure of the service or the connection; anything else (a bug)
     unchanged."""
     if isinstance(error, ClientError):
@@ -416,7 +426,7 @@ async def stream_model(
             if stop.is_set():  # the stream was closed under the read: that is the stop, not news
                 logger.debug("the LLM stream ended after a stop: %r", error)
             else:
-                post(_as_llm_error(error))
+                post(as_llm_error(error))
         finally:
             held.close()
             stop.set()  # ends the watcher

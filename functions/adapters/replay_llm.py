@@ -4,7 +4,9 @@ The local default LLM (no AWS account): ``ReplayBedrockClient.converse_stream`` 
 ``{"stream": ...}`` yielding the recording's events, each at its ``at_ms`` after the call, so the
 pipeline's adapter code runs exactly as against Bedrock. Which recording answers a prompt: the
 first (in file-name order) one of whose ``match`` words occurs in the prompt, lower-cased; else
-``default.json``. ``events/llm/README.md`` lists the recordings and how they were made.
+``default.json``. ``events/llm/README.md`` lists the recordings and how they were made. An error
+event in a recording (``throttlingException``, ...) is raised as botocore's ``EventStreamError``
+at its place in the stream, as a real ``EventStream`` raises it.
 
 A tool recording calls a tool in its first message. The request that brings the tool's result
 back (a user message of ``toolResult`` blocks after the prompt) is answered by its
@@ -23,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from botocore.exceptions import EventStreamError
 
 RECORDINGS_DIR = Path(__file__).resolve().parents[2] / "events" / "llm"
 
@@ -106,6 +110,12 @@ class ReplayBedrockClient:
             delay = started + at * self.pace - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+            (name,) = event
+            if name.endswith("Exception"):
+                # An error inside the stream: botocore's EventStream raises it while it is read.
+                message = event[name].get("message", name)
+                error = {"Error": {"Code": name, "Message": message}}
+                raise EventStreamError(error, "ConverseStream")
             yield event
 
 

@@ -27,6 +27,7 @@ from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from functions.adapters.llm import closed
 from functions.adapters.session_table import TTL_ATTRIBUTE
 from voicewire.client_protocol import AudioDelivery, Timings
 
@@ -207,13 +208,9 @@ def bounded_history(
 
 
 def _joined(history: list[dict[str, Any]], exchange: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``exchange`` after ``history``; a history that ends with the user's own message (the tool
-    results of a turn cut short) takes the question into it, as roles must alternate."""
-    if history and history[-1].get("role") == "user" and exchange:
-        last, question = history[-1], exchange[0]
-        merged = {"role": "user", "content": [*last["content"], *question["content"]]}
-        return [*history[:-1], merged, *exchange[1:]]
-    return [*history, *exchange]
+    """``exchange`` after ``history``, both closed: a turn cut short after its tool results
+    ends with ``INTERRUPTED``, so roles alternate."""
+    return [*closed(history), *closed(exchange)]
 
 
 def _clipped_message(message: dict[str, Any], max_bytes: int) -> dict[str, Any]:

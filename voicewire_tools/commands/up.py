@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -19,6 +20,15 @@ def quiet_lambda_output(verbose: bool) -> None:
     if not verbose:
         os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
         os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+
+
+def agent_choice(value: str) -> str:
+    """``--agent``'s value, checked as the functions' settings check it."""
+    if not re.fullmatch(r"builtin|strands(:[\w.]+:\w+)?", value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: give builtin, strands, or strands:package.module:function"
+        )
+    return value
 
 
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +77,14 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         help="add this latency to every @connections post (tens of ms on AWS)",
     )
     parser.add_argument(
+        "--agent",
+        default="builtin",
+        type=agent_choice,
+        help="who answers an ask: builtin (the loop over Bedrock's converse_stream), strands (a "
+        "Strands agent), or strands:package.module:function (your function returning a "
+        "strands.Agent; called with model=, tools= and system_prompt=)",
+    )
+    parser.add_argument(
         "--tool-latency-ms",
         type=float,
         default=0.0,
@@ -104,6 +122,7 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         post_latency_ms=args.post_latency_ms,
         post_frames=args.post_frames,
         tool_latency_ms=args.tool_latency_ms,
+        agent=args.agent,
     )
 
 
@@ -171,7 +190,8 @@ def _print_addresses(stack: Any) -> None:
         f"  management  {stack.base_url}/@connections/{{connectionId}}\n"
         f"  speech      {_speech_line(stack)}\n"
         f"  llm         {llm}\n"
-        f"  tools       {', '.join(stack.adapters.settings.tools) or 'none'}\n"
+        f"  agent       {stack.adapters.settings.agent}, tools: "
+        f"{', '.join(stack.adapters.settings.tools) or 'none'}\n"
         f'\nTry: uv run voicewire ask "What is the release plan?"\n'
         '     uv run voicewire ask "What time is it in Paris?"  (a tool call)\n'
         "Ctrl-C stops everything.",

@@ -83,6 +83,7 @@ class StackOptions:
     fragment_seed: int | None = None
     # Every sample tool waits this long (a slow tool, to demonstrate the filler and barge-in).
     tool_latency_ms: float = 0.0
+    agent: str = "builtin"  # who answers an ask: builtin, strands, strands:module:function
 
 
 @dataclass
@@ -242,6 +243,7 @@ class LocalStack:
             region=REGION,
             allowed_origins=options.allowed_origins,
             tool_latency_ms=options.tool_latency_ms,
+            agent=options.agent,
         )
         self.functions = LocalFunctions(AsyncBehaviour(retry_delays=options.async_retry_delays))
         adapters = Adapters(
