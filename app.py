@@ -91,6 +91,15 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
         ),
         access_logs=flag(context("access_logs")),
         binary_audio=flag(context("binary_audio")),
+        agent=str(context("agent") or "builtin"),
+        tools=tuple(
+            name.strip()
+            for name in str(
+                "current_time,search_docs" if context("tools") is None else context("tools")
+            ).split(",")
+            if name.strip()
+        ),
+        knowledge_base_id=context("knowledge_base_id") or None,
     )
     api = VoiceApi(app, "VoiceApi", settings, env=env)
     if flag(context("page")):

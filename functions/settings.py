@@ -168,6 +168,10 @@ class Settings(BaseModel):
     tool_latency_ms: float = Field(0.0, ge=0, le=60_000, alias="VOICEWIRE_TOOL_LATENCY_MS")
     # search_docs' folder (or file) of markdown; None: voicewire's own docs, shipped with it.
     docs_path: NameOrNone = Field(None, alias="VOICEWIRE_DOCS_PATH")
+    # A Bedrock Knowledge Base search_docs asks instead (its retrieve API); None: the docs.
+    knowledge_base_id: NameOrNone = Field(
+        None, alias="VOICEWIRE_KNOWLEDGE_BASE_ID", pattern=r"^[0-9a-zA-Z]{1,10}$"
+    )
     # Bedrock's latency levers, on the models that support them (docs/deploy.md): a cachePoint
     # after the system prompt and the tool definitions, and latency-optimized inference.
     prompt_caching: bool = Field(False, alias="VOICEWIRE_PROMPT_CACHING")

@@ -51,6 +51,7 @@ class Adapters:
             registry = sample_tools(
                 settings.tools, latency_seconds=settings.tool_latency_ms / 1000, docs=docs,
                 timeout_seconds=settings.tool_timeout_seconds,
+                knowledge_base_id=settings.knowledge_base_id,
             )  # fmt: skip
             self._tools = (settings, registry)
         return self._tools[1]

@@ -54,7 +54,11 @@ DISTRIBUTIONS = {
     "boto3": "boto3",
     "botocore": "botocore",
     "urllib3": "urllib3",
+    "strands": "strands-agents",
+    "tzdata": "tzdata",
 }
+# Data the functions read, beside their code: search_docs' default documents.
+DATA_FILES = ("README.md", "docs/*.md")
 
 
 class BundleError(RuntimeError):
@@ -185,6 +189,11 @@ def build_bundle(
         target = output / source.relative_to(root)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, target)
+    for pattern in DATA_FILES:
+        for source in sorted(root.glob(pattern)):
+            target = output / source.relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
     for cache in output.rglob("__pycache__"):
         shutil.rmtree(cache, ignore_errors=True)
     return Bundle(output, modules, requirements, third_party)

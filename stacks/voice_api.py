@@ -87,6 +87,11 @@ class VoiceApiSettings:
     access_logs: bool = False
     # Audio as binary frames by default: only once agent-infra check proved them here.
     binary_audio: bool = False
+    # Who answers (builtin, strands, strands:module:function), with which tools
+    # (functions/tools), and the Bedrock Knowledge Base search_docs asks instead of the docs.
+    agent: str = "builtin"
+    tools: tuple[str, ...] = ("current_time", "search_docs")
+    knowledge_base_id: str | None = None
 
     @property
     def stage_throttle(self) -> tuple[float, int]:
@@ -225,6 +230,23 @@ class VoiceApi(Stack):
         self.worker.add_environment(
             "VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS", f"{policy.speech_chunk_timeout_seconds:g}"
         )
+        self.worker.add_environment("VOICEWIRE_AGENT", settings.agent)
+        self.worker.add_environment("VOICEWIRE_TOOLS", ",".join(settings.tools))
+        if settings.knowledge_base_id:
+            self.worker.add_environment("VOICEWIRE_KNOWLEDGE_BASE_ID", settings.knowledge_base_id)
+            # search_docs' knowledge base, and nothing else of Bedrock's agent runtime.
+            self.worker.add_to_role_policy(
+                iam.PolicyStatement(
+                    actions=["bedrock:Retrieve"],
+                    resources=[
+                        self.format_arn(
+                            service="bedrock",
+                            resource="knowledge-base",
+                            resource_name=settings.knowledge_base_id,
+                        )
+                    ],
+                )
+            )
         self.worker.configure_async_invoke(
             retry_attempts=policy.async_retry_attempts,
             max_event_age=Duration.seconds(policy.max_event_age_seconds),

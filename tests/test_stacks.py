@@ -734,6 +734,34 @@ def test_allowed_origins_reach_the_functions(tmp_path):
         assert variables["VOICEWIRE_ALLOWED_ORIGINS"] == "https://a.example,https://b.example"
 
 
+def test_the_worker_gets_the_agent_and_tools_and_a_knowledge_base_only_when_given(
+    template, tmp_path
+):
+    def worker_of(found: Template) -> dict:
+        functions = found.find_resources("AWS::Lambda::Function")
+        handler = "functions.handlers.worker.handler"
+        return next(f for f in functions.values() if f["Properties"]["Handler"] == handler)
+
+    variables = worker_of(template)["Properties"]["Environment"]["Variables"]
+    assert variables["VOICEWIRE_AGENT"] == "builtin"
+    assert variables["VOICEWIRE_TOOLS"] == "current_time,search_docs"
+    assert "VOICEWIRE_KNOWLEDGE_BASE_ID" not in variables
+    assert not [s for s in _statements(template) if "bedrock:Retrieve" in json.dumps(s)]
+
+    import app
+
+    context = {"agent": "strands", "tools": "search_docs", "knowledge_base_id": "KB12345678"}
+    stack = app.build_app(outdir=str(tmp_path), context=context).synth()
+    found = Template.from_json(stack.get_stack_by_name("VoiceApi").template)
+    variables = worker_of(found)["Properties"]["Environment"]["Variables"]
+    assert variables["VOICEWIRE_AGENT"] == "strands"
+    assert variables["VOICEWIRE_TOOLS"] == "search_docs"
+    assert variables["VOICEWIRE_KNOWLEDGE_BASE_ID"] == "KB12345678"
+    retrieve = [s for s in _statements(found) if s["Action"] == "bedrock:Retrieve"]
+    assert len(retrieve) == 1
+    assert "knowledge-base/KB12345678" in json.dumps(retrieve[0]["Resource"])
+
+
 # --- the browser page (optional) -----------------------------------------------------------------
 
 

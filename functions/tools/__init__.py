@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from functions.tools.current_time import current_time_tool
+from functions.tools.knowledge_base import knowledge_base_tool
 from functions.tools.registry import Tool, ToolOutcome, ToolRegistry, cancelled_outcome
 from functions.tools.search_docs import DEFAULT_DOCS, search_docs_tool
 
@@ -34,11 +35,16 @@ class ToolOptions:
 
     latency_seconds: float = 0.0  # every answer waits this long (a slow tool, for demos)
     docs: tuple[Path, ...] = DEFAULT_DOCS  # search_docs' documents
+    knowledge_base_id: str | None = None  # search_docs asks this Bedrock Knowledge Base instead
 
 
 TOOL_MAKERS: dict[str, Callable[[ToolOptions], Tool]] = {
     "current_time": lambda options: current_time_tool(options.latency_seconds),
-    "search_docs": lambda options: search_docs_tool(options.docs, options.latency_seconds),
+    "search_docs": lambda options: (
+        knowledge_base_tool(options.knowledge_base_id, latency_seconds=options.latency_seconds)
+        if options.knowledge_base_id
+        else search_docs_tool(options.docs, options.latency_seconds)
+    ),
 }
 SAMPLE_TOOLS = ("current_time", "search_docs")
 
@@ -49,11 +55,12 @@ def sample_tools(
     latency_seconds: float = 0.0,
     docs: tuple[Path, ...] = DEFAULT_DOCS,
     timeout_seconds: float | None = None,
+    knowledge_base_id: str | None = None,
 ) -> ToolRegistry:
     """The registry of the tools named (a deployment's ``VOICEWIRE_TOOLS``), in that order."""
     names = tuple(names)
     unknown = sorted(set(names) - TOOL_MAKERS.keys())
     if unknown:
         raise ValueError(f"unknown tools {unknown}; the tools are {sorted(TOOL_MAKERS)}")
-    options = ToolOptions(latency_seconds, docs)
+    options = ToolOptions(latency_seconds, docs, knowledge_base_id)
     return ToolRegistry([TOOL_MAKERS[name](options) for name in names], timeout_seconds)

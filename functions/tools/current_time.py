@@ -10,6 +10,7 @@ import asyncio
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import tzdata  # noqa: F401  # zoneinfo's database where the system has none: imported, so bundled
 from pydantic import BaseModel, Field
 
 from functions.tools.registry import Tool

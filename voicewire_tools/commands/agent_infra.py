@@ -41,6 +41,7 @@ from voicewire_tools.commands.account_readiness import (
 )
 from voicewire_tools.commands.cdk_runner import InfraError, check_account, check_node, run_cdk
 from voicewire_tools.commands.demo import add_arguments as add_demo_arguments
+from voicewire_tools.commands.up import agent_choice
 from voicewire_tools.deployed_tickets import deployed_token, ticket_minter
 
 
@@ -69,6 +70,20 @@ def build_parser() -> argparse.ArgumentParser:
             help="audio as binary WebSocket frames by default (once agent-infra check has shown "
             "this deployment carries them); else base64 text frames",
         )  # fmt: skip
+        infra.add_argument(
+            "--agent", type=agent_choice,
+            help="who answers: builtin (default), strands, or strands:package.module:function",
+        )  # fmt: skip
+        infra.add_argument(
+            "--tools",
+            help="the agent's tools, comma-separated (default current_time,search_docs; "
+            "'' for none)",
+        )
+        infra.add_argument(
+            "--knowledge-base-id",
+            help="a Bedrock Knowledge Base search_docs asks (retrieve) instead of voicewire's "
+            "docs; the worker may retrieve from it and nothing else",
+        )
         infra.add_argument(
             "--create-api-logging-role", action="store_true",
             help="deploy: if the account has no API Gateway CloudWatch role in this Region, "
@@ -127,6 +142,12 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         context["allowed_origins"] = args.allowed_origins
     if args.binary_audio:
         context["binary_audio"] = "true"
+    if args.agent:
+        context["agent"] = args.agent
+    if args.tools is not None:
+        context["tools"] = args.tools
+    if args.knowledge_base_id:
+        context["knowledge_base_id"] = args.knowledge_base_id
     stacks = ["VoiceApi"]
     if args.with_page:
         context["page"] = "true"
