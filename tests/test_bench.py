@@ -440,3 +440,22 @@ def test_the_recognizer_hears_kokoro_offline(onnx_engine):
     assert word_errors(text, heard) <= 6  # a weak recognizer, but it hears most of it
     silence = transcribe(np.zeros(24000, np.float32), 24000)
     assert word_errors(text, silence) >= 10
+
+
+async def test_tools_bench_measures_the_preamble_the_filler_and_the_answer(stack):
+    from voicewire_tools.bench import tools
+
+    rows = await tools.run_cases(stack.ws_url, stack, [2000.0], trials=1)
+    by = {(row["case"], row["mode"]): row for row in rows}
+    assert len(rows) == len(tools.CASES) * len(tools.MODES)
+    for row in rows:
+        assert row["first_audio_ms"] > 0 and row["result_to_sentence_ms"] > 0
+    assert by[("no preamble, no filler", "bidi")]["result_to_audio_ms"] > 0
+    assert by[("preamble", "bidi")]["result_to_audio_ms"] is None  # the preamble's may follow
+    # Nothing said before a 2 s tool: the filler (at 1.2 s) is the first audio, well before
+    # the answer that follows the result.
+    quiet = by[("no preamble, no filler", "bidi")]["first_audio_ms"]
+    assert by[("no preamble, filler", "bidi")]["first_audio_ms"] < quiet - 400
+    # The preamble is heard before the tool has answered.
+    assert by[("preamble", "bidi")]["first_audio_ms"] < quiet
+    assert stack.adapters.settings.tool_latency_ms == 0  # the stack is given back as it was

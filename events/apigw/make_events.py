@@ -129,6 +129,9 @@ def main() -> None:
         "ask_bidi": message(
             "ask", {"action": "ask", "prompt": "What is voicewire?", "mode": "bidi"}
         ),
+        "ask_tool": message(
+            "ask", {"action": "ask", "prompt": "What time is it in Paris?", "mode": "bidi"}
+        ),
         "ask_batch": message(
             "ask", {"action": "ask", "prompt": "Hello, who are you?", "mode": "batch"}
         ),

@@ -82,6 +82,13 @@ TOOL_RECORDINGS = {
         "after_tool": "In Paris, it is {result.spoken}. Anything else I can check for you?",
         "after_tool_error": "I could not read the clock just now: {error}.",
     },
+    "tool_quiet": {
+        "match": ["[no-preamble]"],
+        "preamble": "",
+        "tool": ("current_time", {"time_zone": "Europe/Paris"}),
+        "after_tool": "It is {result.spoken} in Paris.",
+        "after_tool_error": "I could not read the clock just now: {error}.",
+    },
     "tool_docs": {
         "match": ["voicewire docs", "in the docs"],
         "preamble": "I'll look that up in the docs.",

@@ -21,4 +21,5 @@ BENCHMARKS = {
     "session": "voicewire_tools.bench.session",
     "posts": "voicewire_tools.bench.posts",
     "chunker": "voicewire_tools.bench.chunker",
+    "tools": "voicewire_tools.bench.tools",
 }
