@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
+import pytest
 from loopback_http import LoopbackServer
 from required_tools import needs
 
@@ -192,10 +193,11 @@ async def test_the_page_connects_by_itself_asks_in_bidi_and_batch_and_shows_the_
     assert problems == []  # config.json included: answered, and read without an error
 
 
-async def test_the_page_shows_the_agent_working_while_a_tool_runs(stack):
+@pytest.mark.parametrize("agent", ["builtin", "strands"])
+async def test_the_page_shows_the_agent_working_while_a_tool_runs(stack, agent):
     errors: list[str] = []
     previous = stack.adapters.settings
-    stack.adapters.settings = previous.changed(tool_latency_ms=2500)
+    stack.adapters.settings = previous.changed(tool_latency_ms=2500, agent=agent)
     try:
         async with chromium_page(errors) as page:
             await page.goto(f"{stack.base_url}/")
