@@ -159,8 +159,9 @@ class TurnRunner:
     # The most audio one turn may send (docs/security.md); past it the turn ends ``failed``
     # with ``speech_limit_reached``, the audio up to the limit delivered and counted.
     max_speech_seconds: float | None = None
-    # A tool still running this long after it started, with nothing spoken in its round (no
-    # preamble), gets a short filler in the voice's language, once per round; None: never.
+    # A tool still running this long after it started gets a short filler in the voice's
+    # language, once per round: at once if nothing was spoken in its round (no preamble), else
+    # once the preamble has played out and half a second of silence has passed; None: never.
     tool_filler_seconds: float | None = 1.2
     # Put the tools' input and result in tool_start/tool_end (they can hold private data).
     show_tool_data: bool = False
@@ -172,6 +173,8 @@ class TurnRunner:
         self._request_ids: list[str] = []
         self._session: SpeechSession | None = None
         self._announcing: asyncio.Task[None] | None = None  # the turn_start's post
+        # When the audio posted so far has played out, if it plays from its posts (monotonic).
+        self._heard_until = 0.0
 
     @property
     def used_speech(self) -> bool:
@@ -352,6 +355,9 @@ class TurnRunner:
                     await self.relay.audio(event[:allowed])
                 raise _SpeechLimit
             await self.relay.audio(event)
+            now = time.monotonic()
+            played = len(event) / SAMPLE_WIDTH / SAMPLE_RATE
+            self._heard_until = max(now, self._heard_until) + played
             # When the first *frame* left: a chunk of more than 32 KB is several posts, and the
             # client starts playing at the first.
             first = self.relay.first_audio_posted_at
@@ -416,33 +422,64 @@ class TurnRunner:
         async def text_task() -> None:
             chunker = new_chunker()
             said = _Said()
+            saying = asyncio.Lock()  # the filler's task and this one send sentences
+            filling: asyncio.Task[None] | None = None
 
             async def say(sentences: list[str]) -> None:
-                if sentences and batch:
-                    await self.relay.finish_text()  # the text, before what is spoken of it
-                for sentence in sentences:
-                    await self._send_sentence(sentence, said, queue, sent)
+                async with saying:
+                    if sentences and batch:
+                        await self.relay.finish_text()  # the text, before what is spoken of it
+                    for sentence in sentences:
+                        await self._send_sentence(sentence, said, queue, sent)
 
-            async with contextlib.aclosing(self._agent_events()) as events:
-                async for event in events:
-                    match event:
-                        case AgentText(text=text):
-                            await self._text(text)
-                            await say(chunker.feed(text))
-                        case ToolCallOpened():
-                            # The preamble ("Let me check.") is spoken while the tool runs.
-                            await say(chunker.finish())
-                            chunker = new_chunker()
-                            self.relay.flush_text()
-                        case ToolCallStarted():
-                            said.running.add(event.tool_use_id)
-                            queue.put_nowait(self._tool_start(event))
-                        case ToolCallEnded():
-                            said.tool_ended(event.tool_use_id)
-                            queue.put_nowait(self._tool_end(event))
-                        case ToolsStillRunning() if said.in_round == 0:
-                            await say([filler_for(language)])
-            await say(chunker.finish())
+            async def fill() -> None:
+                said.filled = True
+                await say([filler_for(language)])
+
+            async def fill_after_preamble(delay: float) -> None:
+                # The preamble was short and the tool is slow: once the preamble has played out
+                # (and at least ``delay`` into the call), the silence gets the filler too.
+                await asyncio.sleep(delay)
+
+                def quiet_in() -> float:
+                    return self._heard_until + QUIET_BEFORE_FILLER - time.monotonic()
+
+                # A deadline that moves as the preamble's audio is posted: no event marks it.
+                while (left := quiet_in()) > 0:  # noqa: ASYNC110
+                    await asyncio.sleep(left)
+                if said.running and not said.filled:
+                    await fill()
+
+            try:
+                async with contextlib.aclosing(self._agent_events()) as events:
+                    async for event in events:
+                        match event:
+                            case AgentText(text=text):
+                                await self._text(text)
+                                await say(chunker.feed(text))
+                            case ToolCallOpened():
+                                # The preamble ("Let me check.") is spoken while the tool runs.
+                                await say(chunker.finish())
+                                chunker = new_chunker()
+                                self.relay.flush_text()
+                            case ToolCallStarted():
+                                said.running.add(event.tool_use_id)
+                                queue.put_nowait(self._tool_start(event))
+                                delay = self.tool_filler_seconds
+                                if delay and said.in_round and filling is None:
+                                    filling = asyncio.create_task(fill_after_preamble(delay))
+                            case ToolCallEnded():
+                                said.tool_ended(event.tool_use_id)
+                                queue.put_nowait(self._tool_end(event))
+                                if not said.running and filling is not None:
+                                    filling.cancel()
+                                    filling = None
+                            case ToolsStillRunning() if said.in_round == 0 and not said.filled:
+                                await fill()
+                await say(chunker.finish())
+            finally:
+                if filling is not None:
+                    filling.cancel()
             sent.put_nowait(None)
 
         async def audio_task() -> None:
@@ -513,6 +550,10 @@ class TurnRunner:
                 yield event.pcm
 
 
+# How long a pause after the preamble's audio may last while a tool still runs before the filler
+# fills it: a breath between sentences is ~0.25-0.5 s; longer reads as a dead line.
+QUIET_BEFORE_FILLER = 0.5
+
 # A later sentence this long takes the engine longer than the audio queued before it usually
 # lasts (bench: a 41-word sentence after two short ones left a 2.4 s silence on 2 cores).
 LONG_SENTENCE_WORDS = 24
@@ -534,11 +575,13 @@ class _Said:
     index: int = 0
     in_round: int = 0
     running: set[str] = field(default_factory=set)
+    filled: bool = False  # this round's filler was spoken
 
     def tool_ended(self, tool_use_id: str) -> None:
         self.running.discard(tool_use_id)
         if not self.running:
             self.in_round = 0  # the answer to the results starts a new round
+            self.filled = False
 
 
 class _WholeAnswer:

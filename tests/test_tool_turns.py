@@ -112,3 +112,22 @@ async def test_a_cancel_during_a_tool_stops_it_and_leaves_a_valid_history(aws, s
     result = outcome.messages[1]["content"][0]["toolResult"]
     assert result["toolUseId"] == use["toolUseId"] and result["status"] == "error"
     assert "cancelled" in result["content"][0]["text"]
+
+
+async def test_a_slow_tool_after_a_short_preamble_gets_the_filler_once_it_has_played(
+    aws, speech_server
+):
+    outcome, connection, _ = await run_turn(
+        speech_server, "bidi", "What time is it in Paris?", tools=sample_tools(latency_seconds=4),
+        pace=0.3,
+    )  # fmt: skip
+    frames = connection.frames()
+    order = kinds(frames)
+    start, end = order.index("tool_start"), order.index("tool_end")
+    texts = [f["text"] for f in frames if isinstance(f, dict) and f["type"] == "sentence"]
+    assert texts[:2] == ["Let me check the clock.", "One moment."]
+    said = [f.get("text") if isinstance(f, dict) else None for f in frames]
+    filler = said.index("One moment.")
+    assert start < filler < end  # while the tool ran, after the preamble
+    assert outcome.status == "complete"
+    assert "One moment." not in json.dumps(outcome.messages)  # the model never said it
