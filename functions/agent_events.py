@@ -69,6 +69,14 @@ AgentEvent = (
 )
 
 
+def opening_a_round(written: str, text: str) -> str:
+    """``text``, the first of a round after tool calls, as it continues ``written`` (what the
+    agent said before): a space between them where the model wrote none."""
+    if written and text and not written[-1].isspace() and not text[0].isspace():
+        return " " + text
+    return text
+
+
 class AgentTurn(Protocol):
     """One turn of an agent."""
 

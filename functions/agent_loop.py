@@ -36,6 +36,7 @@ from functions.agent_events import (
     ToolCallEnded,
     ToolCallOpened,
     ToolCallStarted,
+    opening_a_round,
 )
 from functions.tools.registry import (
     ToolOutcome,
@@ -70,8 +71,10 @@ class BedrockAgent:
     @property
     def text(self) -> str:
         """Every round's text, a space between rounds where the model wrote none."""
-        return "".join(_spaced(self.results[:index], result.text)
-                       for index, result in enumerate(self.results))  # fmt: skip
+        written = ""
+        for result in self.results:
+            written += opening_a_round(written, result.text)
+        return written
 
     @property
     def stop_reason(self) -> str | None:
@@ -94,7 +97,8 @@ class BedrockAgent:
             async for item in stream_model(self.client, request, result, self._round_stop):
                 if isinstance(item, str):
                     # The first text after a tool call continues the preamble: a space between.
-                    yield AgentText(_spaced(self.results[:-1], item) if opening else item)
+                    before = "".join(r.text for r in self.results[:-1]) if opening else ""
+                    yield AgentText(opening_a_round(before, item) if opening else item)
                     opening = False
                 elif isinstance(item, ToolUseOpened):
                     yield ToolCallOpened(item.tool_use_id, item.name)
@@ -170,14 +174,6 @@ class BedrockAgent:
                 "role": "user",
                 "content": [outcomes[call.tool_use_id].result for call in calls],
             })  # fmt: skip
-
-
-def _spaced(before: list[LlmResult], text: str) -> str:
-    """``text`` opening a round: a space before it when the text before ends without one."""
-    written = "".join(result.text for result in before)
-    if written and text and not written[-1].isspace() and not text[0].isspace():
-        return " " + text
-    return text
 
 
 def _ended(outcome: ToolOutcome) -> ToolCallEnded:

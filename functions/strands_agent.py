@@ -42,6 +42,7 @@ from functions.agent_events import (
     ToolCallEnded,
     ToolCallOpened,
     ToolCallStarted,
+    opening_a_round,
 )
 from functions.tools.registry import Tool, ToolOutcome, ToolRegistry, cancelled_outcome
 from voicewire.error_codes import ErrorCode
@@ -189,8 +190,8 @@ class StrandsAgentTurn:
                 if mapped is None:
                     continue
                 if isinstance(mapped, AgentText):
-                    if opening and self._text and not self._text[-1].isspace():
-                        mapped = AgentText(" " + mapped.text.lstrip())
+                    if opening:
+                        mapped = AgentText(opening_a_round(self._text, mapped.text))
                     opening = False
                     self._text += mapped.text
                 elif isinstance(mapped, ToolCallOpened):

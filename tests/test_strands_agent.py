@@ -4,6 +4,7 @@ against the replay recordings and against the Bedrock stand-in through the real 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -71,7 +72,7 @@ async def test_strands_through_the_real_boto3_client_and_its_errors_as_results()
 
     tools = sample_tools(["current_time"])
     tool = tools.tools["current_time"]
-    tools.tools["current_time"] = type(tool)(tool.name, tool.description, tool.input_model, broken)
+    tools.tools["current_time"] = dataclasses.replace(tool, run=broken)
     rounds = [tool_call("Checking.", "current_time", '{"time_zone": "UTC"}'), answer("Sorry.")]
     with BedrockStandin(Script(rounds=rounds)) as standin:
         turn = strands_turn(client_for(standin), "Time?", tools=tools)

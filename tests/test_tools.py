@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
@@ -174,7 +175,7 @@ async def test_a_tool_recording_answers_an_error_result_with_its_error():
 
     registry = sample_tools(["current_time"])
     tool = registry.tools["current_time"]
-    registry.tools["current_time"] = type(tool)(tool.name, tool.description, tool.input_model, down)
+    registry.tools["current_time"] = dataclasses.replace(tool, run=down)
     agent = BedrockAgent(
         ReplayBedrockClient(pace=0),
         converse_request("m", [], "what time is it?", tool_config=registry.tool_config()),

@@ -86,9 +86,6 @@ class ToolRegistry:
         self.tools = {tool.name: tool for tool in tools}
         self.timeout_seconds = timeout_seconds
 
-    def __bool__(self) -> bool:
-        return bool(self.tools)
-
     def tool_config(self) -> dict[str, Any] | None:
         """Bedrock's ``toolConfig``; None when there are no tools."""
         if not self.tools:
