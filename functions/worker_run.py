@@ -157,7 +157,7 @@ async def run_claimed(
     policy: WorkerPolicy,
     head: HeadStart,
 ) -> str:
-    """Run a claimed turn under its guards, then record, tell and keep how it ended."""
+    """Run a claimed turn under its guards, then record and keep how it ended, then tell."""
     acquiring = head.acquiring
     speech = asyncio.create_task(_session_of(acquiring), name="speech-session-ready")
     store = adapters.store
@@ -194,9 +194,11 @@ async def run_claimed(
     final = await _record_end(job, store, invocation, outcome, relay)
     if final != outcome.status:  # cancelled while it ended: the record has the last word
         outcome.status = final  # type: ignore[assignment]
+    # The history before the turn_end: a client may ask again the moment it hears the end,
+    # and that turn must find this one in the history it reads.
+    await _leave_behind(job, store, outcome, final)
     await runner.tell_end(outcome)
     await relay.close()
-    await _leave_behind(job, store, outcome, final)
     publish_turn_metrics(final, outcome.timings, ready)
     logger.info(
         "turn ended",

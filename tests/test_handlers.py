@@ -325,6 +325,26 @@ def test_worker_runs_the_turn_records_it_and_keeps_history(adapters):
     assert request["system"] == [{"text": "Be brief."}]
 
 
+def test_the_history_is_kept_before_the_client_hears_the_turn_end(adapters):
+    """A client may ask again the moment it reads turn_end: that turn must find this one in
+    the history it reads."""
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_batch")
+    history_at_turn_end: list[list[dict]] = []
+    record = adapters.posts.post_to_connection
+
+    def post(**kwargs):
+        data = kwargs["Data"]
+        if data[:1] == b"{" and json.loads(data)["type"] == "turn_end":
+            history_at_turn_end.append(adapters.store.get_connection(CONNECTION).history)
+        return record(**kwargs)
+
+    adapters.posts.post_to_connection = post
+    assert run_worker(adapters, job) == {"status": "complete"}
+    (history,) = history_at_turn_end
+    assert [message["role"] for message in history] == ["user", "assistant"]
+
+
 def test_worker_reports_an_unreachable_speech_service(adapters):
     from conftest import free_port
 

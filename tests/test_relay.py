@@ -445,3 +445,16 @@ async def test_close_stops_the_text_lane_without_posting(connections):
     relay._text_lock.release()
     assert [delta["text"] for _, delta in text_posts(connections)] == ["a"]
     assert len(connections.requests) == 1 and relay.text_posts == 1
+
+
+async def test_close_returns_only_once_the_text_post_in_flight_is_answered(connections):
+    """A post already in its thread is not stopped by cancelling the lane: close waits for its
+    answer, so nothing is left half-sent when a Lambda handler returns."""
+    connections.script = always(Answer(delay=0.4))
+    relay = relay_to(connections, text_interval=0.2)
+    await relay.text("t-1", "a")
+    await wait_for(lambda: len(connections.requests) == 1)  # received, not yet answered
+    await relay.close()
+    assert relay.text_posts == 1  # counted after its answer came
+    assert relay._text_lock.acquire(blocking=False)
+    relay._text_lock.release()

@@ -246,13 +246,22 @@ class Relay:
         self._text_flush_chars = 0
 
     async def close(self) -> None:
-        """Stop the text lane without posting what is buffered."""
+        """Stop the text lane without posting what is buffered; return once no text post is in
+        flight.
+
+        Cancelling the lane does not stop a post already running in its thread, so close waits
+        for it (it holds the text lock until answered): a Lambda frozen after its handler
+        returns must not leave a post half-sent, to land, or not, at the next thaw.
+        """
         self.discard_text()
         task, self._text_task = self._text_task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            if not self._text_lock.acquire(blocking=False):
+                await asyncio.to_thread(self._text_lock.acquire)
+            self._text_lock.release()
 
     def _raise_text_failure(self) -> None:
         if self._text_failure is not None:
