@@ -10,11 +10,14 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _commands: list[str] = []  # the commands under stop_on_signals, innermost last
+# How often a main thread with nothing to do wakes to run a pending signal's handler.
+SIGNAL_POLL_SECONDS = 0.2
 
 
 @contextlib.contextmanager
@@ -52,3 +55,16 @@ def stopping() -> None:
 
     for signum in STOP_SIGNALS:
         signal.signal(signum, at_once)
+
+
+def wait_for_stop() -> None:
+    """Block the main thread until a stop signal raises KeyboardInterrupt in it.
+
+    Not one endless ``Event().wait()``: the kernel hands a process's signal to any of its
+    threads, and when that is a server's thread, CPython only marks the signal pending for the
+    main thread, whose blocked lock wait is not interrupted. The handler then never ran, and
+    ``voicewire up`` ignored Ctrl-C for good (seen 1 stop in 4 while a turn spoke). Short waits
+    let the main thread run the pending handler within SIGNAL_POLL_SECONDS."""
+    never = threading.Event()
+    while not never.wait(SIGNAL_POLL_SECONDS):
+        pass

@@ -6,12 +6,11 @@ import argparse
 import os
 import re
 import sys
-import threading
 from typing import Any
 
 from speech_server.server import PortInUseError
 from speech_server.settings import EngineSettings
-from voicewire_tools.stop_signals import stop_on_signals, stopping
+from voicewire_tools.stop_signals import stop_on_signals, stopping, wait_for_stop
 
 
 def quiet_lambda_output(verbose: bool) -> None:
@@ -159,7 +158,7 @@ def run(args: argparse.Namespace) -> None:
             return
         try:
             _print_addresses(stack)
-            threading.Event().wait()
+            wait_for_stop()
         except KeyboardInterrupt:
             print("\nstopping...", flush=True)
         finally:
