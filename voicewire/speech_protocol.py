@@ -17,6 +17,12 @@ a binary frame, so a server must decode bytes as UTF-8)::
 
 Server -> client: a ``synthesis_start`` text frame, raw PCM s16le 24 kHz mono binary frames, a
 ``synthesis_complete`` text frame; ``error`` text frames for bad input. The session stays open.
+
+A request with ``"word_timings": true`` also gets ``words`` text frames, each before the first
+audio frame it describes: the written words and the samples they are spoken in, counted from the
+start of that request's audio (all its binary frames, concatenated)::
+
+    {"type": "words", "request_id": "r1", "words": [{"text": "Hello", "start": 7560, "end": 14400}]}
 """
 
 from __future__ import annotations
@@ -79,6 +85,8 @@ class SynthesisRequest(BaseModel):
     speed: float = Field(default=1.0, strict=True)
     request_id: RequestId | None = None
     fast_start: StrictBool = True
+    # ``words`` frames for this request (off by default: a client that asks knows the frame).
+    word_timings: StrictBool = False
 
     @field_validator("text")
     @classmethod
@@ -147,6 +155,24 @@ class SynthesisComplete(BaseModel):
     elapsed_ms: float
 
 
+class TimedWord(BaseModel):
+    """A written word and the samples it is spoken in, ``[start, end)``, counted from the start
+    of its request's audio (24 kHz)."""
+
+    text: str
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+
+
+class WordsFrame(BaseModel):
+    """The words of the request's audio that follows: sent before the first audio frame they
+    describe, one frame per engine batch (a chunk's words, or a long chunk's 510-phoneme part)."""
+
+    type: Literal["words"] = "words"
+    request_id: str
+    words: list[TimedWord]
+
+
 class Pong(BaseModel):
     type: Literal["pong"] = "pong"
     request_id: str | None = None
@@ -165,7 +191,7 @@ class ErrorFrame(BaseModel):
         return cls(code=error.code, message=error.message, request_id=error.request_id)
 
 
-ServerFrame = SynthesisStart | SynthesisComplete | Pong | ErrorFrame
+ServerFrame = SynthesisStart | SynthesisComplete | WordsFrame | Pong | ErrorFrame
 SERVER_FRAME_TYPES = frozenset(
     frame.model_fields["type"].default for frame in get_args(ServerFrame)
 )

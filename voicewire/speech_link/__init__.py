@@ -4,6 +4,7 @@
         request_id = await s.send("Hello there.")
         async for event in s.events(request_id):
             ...  # SynthesisStart, then AudioChunk..., then SynthesisComplete
+            # (with send(..., word_timings=True), a WordsFrame before the audio it times)
 
 ``open_speech_session`` takes a ``ws://``/``wss://`` URL (a speech server reached directly) or a
 SageMaker endpoint name (``sagemaker:NAME`` or a bare name) and picks the transport. Over
@@ -24,7 +25,7 @@ from voicewire.speech_link.session import (
     SpeechSession,
     open_speech_session,
 )
-from voicewire.speech_protocol import SynthesisComplete, SynthesisStart
+from voicewire.speech_protocol import SynthesisComplete, SynthesisStart, TimedWord, WordsFrame
 
 __all__ = [
     "AudioChunk",
@@ -36,5 +37,7 @@ __all__ = [
     "SpeechStreamError",
     "SynthesisComplete",
     "SynthesisStart",
+    "TimedWord",
+    "WordsFrame",
     "open_speech_session",
 ]

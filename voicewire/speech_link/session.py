@@ -44,6 +44,7 @@ from voicewire.speech_protocol import (
     Pong,
     SynthesisComplete,
     SynthesisStart,
+    WordsFrame,
     dump_frame,
     read_server_frame,
     validate_synthesis_request,
@@ -62,7 +63,8 @@ class AudioChunk:
     pcm: bytes
 
 
-SpeechEvent = SynthesisStart | AudioChunk | SynthesisComplete
+# ``WordsFrame`` only for a request sent with ``word_timings=True``, before the audio it times.
+SpeechEvent = SynthesisStart | WordsFrame | AudioChunk | SynthesisComplete
 _Item = SpeechEvent | SpeechSessionError
 
 
@@ -119,14 +121,18 @@ class SpeechSession:
         voice: str | None = None,
         speed: float | None = None,
         fast_start: bool | None = None,
+        word_timings: bool | None = None,
     ) -> str:
-        """Queue a text for synthesis without waiting; returns its request id.
+        """Queue a text for synthesis without waiting; returns its request id. With
+        ``word_timings``, its events include ``WordsFrame``s, each before the audio it times.
 
         Raises ``SpeechRequestError`` (nothing sent) for a request the server would refuse."""
         if self._failure is not None:
             raise self._failure
         request_id = request_id or f"{self._prefix}-{next(self._numbers)}"
-        options = {"voice": voice, "speed": speed, "fast_start": fast_start}
+        options = {
+            "voice": voice, "speed": speed, "fast_start": fast_start, "word_timings": word_timings
+        }  # fmt: skip
         body = {"text": text, "request_id": request_id}
         body |= {name: value for name, value in options.items() if value is not None}
         try:
@@ -320,6 +326,8 @@ class SpeechSession:
             case SynthesisStart(request_id=request_id):
                 self._current = request_id
                 _discard(self._unstarted, request_id)
+                self._deliver(request_id, frame)
+            case WordsFrame(request_id=request_id):
                 self._deliver(request_id, frame)
             case SynthesisComplete(request_id=request_id):
                 self._current = None
