@@ -44,6 +44,8 @@ from voicewire.speech_protocol import (
     ProtocolError,
     SynthesisRequest,
     SynthesisStart,
+    TimedWord,
+    WordsFrame,
     dump_frame,
     parse_client_message,
 )
@@ -256,6 +258,7 @@ class BidiSession:
             cancelled=pending.cancelled,
             stats=stats,
             clock=self.clock,
+            word_timings=request.word_timings,
         )
         try:
             while True:
@@ -283,6 +286,11 @@ class BidiSession:
                         )
                     )
                     break
+                if isinstance(frame, list):  # the words of the audio that follows
+                    words = [TimedWord(text=w.text, start=w.start, end=w.end) for w in frame]
+                    message = WordsFrame(request_id=pending.request_id, words=words)
+                    await self.websocket.send_text(dump_frame(message))
+                    continue
                 await self.websocket.send_bytes(frame)
         finally:
             await frames.aclose()

@@ -90,6 +90,8 @@ async def _encoded_audio(
         fast_start=synthesis.fast_start,
         stats=stats,
     ):
+        if isinstance(pcm, list):  # word timings: not asked for on this path
+            continue
         if encoded := encoder.encode(pcm):
             yield encoded
     if tail := encoder.finish():

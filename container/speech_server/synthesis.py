@@ -14,6 +14,12 @@ from the engine's measured speed and the session's playback clock). The others (
 later sentences, synthesized while earlier audio plays) are decoded whole: there the seam and its
 ~30% more vocoder work would buy nothing. Cancellation is seen between frames; a piece already on
 the thread finishes there and its audio is dropped.
+
+With ``word_timings``, an engine that times its words (``synthesize_timed``: both engines) gives
+each chunk's words before its audio; they are moved here from the engine's raw audio to the
+request's audio as sent: less the leading silence trimmed, plus every chunk, pause and window
+before them (the streamed vocoder's windows concatenate to the whole decode's length, so a seam
+moves no word).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from speech_server.chunk_schedule import (
     audio_seconds_by_characters,
 )
 from speech_server.engines import SpeechEngine
+from speech_server.word_timings import SpokenWord
 from voicewire.speech_protocol import SAMPLE_WIDTH, CompletionStatus, SynthesisComplete
 
 FRAME_SECONDS = 0.2  # 9,600 bytes of 24 kHz s16le: fine-grained for cancel, small overhead
@@ -118,8 +125,11 @@ class Synthesizer:
         cancelled: asyncio.Event | None = None,
         stats: SynthesisStats | None = None,
         clock: PlaybackClock | None = None,
-    ) -> AsyncGenerator[bytes]:
-        """Yield s16le PCM frames of at most ``frame_bytes`` as soon as each chunk exists.
+        word_timings: bool = False,
+    ) -> AsyncGenerator[bytes | list[SpokenWord]]:
+        """Yield s16le PCM frames of at most ``frame_bytes`` as soon as each chunk exists; with
+        ``word_timings``, also lists of the words the next frames speak (samples from the start
+        of this request's audio), each list before the first frame it describes.
 
         ``fast_start``: the listener waits for this request's first audio, so its first chunk is
         cut short (``chunk_plan``) and comes from the engine a piece at a time. Without it, the
@@ -133,9 +143,13 @@ class Synthesizer:
         clock = clock or PlaybackClock()
         if fast_start:
             clock.stop()  # a new answer: the listener waits for it, whatever was queued before
-        ready: asyncio.Queue[bytes | BaseException | _End] = asyncio.Queue(self.lookahead)
+        ready: asyncio.Queue[bytes | list[SpokenWord] | BaseException | _End] = asyncio.Queue(
+            self.lookahead
+        )
         producer = asyncio.create_task(
-            self._produce(text, voice, speed, ready, cancelled, fast_start, clock, stats)
+            self._produce(
+                text, voice, speed, ready, cancelled, fast_start, clock, stats, word_timings
+            )
         )
         try:
             while not cancelled.is_set():
@@ -144,6 +158,9 @@ class Synthesizer:
                     return
                 if isinstance(item, BaseException):
                     raise item
+                if isinstance(item, list):
+                    yield item
+                    continue
                 for offset in range(0, len(item), self.frame_bytes):
                     if cancelled.is_set():
                         return
@@ -162,15 +179,16 @@ class Synthesizer:
         text: str,
         voice: str,
         speed: float,
-        ready: asyncio.Queue[bytes | BaseException | _End],
+        ready: asyncio.Queue[bytes | list[SpokenWord] | BaseException | _End],
         cancelled: asyncio.Event,
         fast_start: bool,
         clock: PlaybackClock,
         stats: SynthesisStats,
+        word_timings: bool,
     ) -> None:
         loop = asyncio.get_running_loop()
         bytes_per_second = SAMPLE_WIDTH * self.engine.sample_rate
-        pieces = self._request_pieces(text, voice, speed, fast_start, clock, stats)
+        pieces = self._request_pieces(text, voice, speed, fast_start, clock, stats, word_timings)
         try:
             # One engine step per call on the synthesis thread, so a cancel or another request's
             # chunk waits for one vocoder window at most.
@@ -178,7 +196,8 @@ class Synthesizer:
                 pcm = await loop.run_in_executor(self._executor, self._step, pieces)
                 if pcm is None:
                     break
-                clock.add(len(pcm) / bytes_per_second)
+                if isinstance(pcm, bytes):
+                    clock.add(len(pcm) / bytes_per_second)
                 await ready.put(pcm)
             if cancelled.is_set():
                 return
@@ -197,10 +216,12 @@ class Synthesizer:
         fast_start: bool,
         clock: PlaybackClock,
         stats: SynthesisStats,
-    ) -> Iterator[bytes]:
+        word_timings: bool = False,
+    ) -> Iterator[bytes | list[SpokenWord]]:
         """Runs on the synthesis thread, a piece per step: the request's plan, then each chunk,
         streamed or whole as the schedule says when its turn comes (the clock then holds the
-        audio of every chunk before it)."""
+        audio of every chunk before it); with ``word_timings``, each chunk's words moved to the
+        request's audio."""
         schedule = self.schedule
         if not fast_start:
             # Cut like a fast start only if its first chunk would come after the audio ahead.
@@ -208,12 +229,19 @@ class Synthesizer:
             fast_start = bool(whole) and schedule.needs_fast_start(whole[0], voice, speed, clock)
         chunks = plan_chunks(text, fast_start=fast_start, policy=schedule.policy)
         stats.chunks = len(chunks)
+        timed = word_timings and hasattr(self.engine, "synthesize_timed")
+        sent = 0  # samples of this request's audio before the chunk
         for index, chunk in enumerate(chunks):
             first_of_fast_start = fast_start and index == 0
             streamed = first_of_fast_start or schedule.streams(chunk, voice, speed, clock)
-            yield from self._render(chunk, voice, speed, streamed=streamed)
+            for piece in self._render(chunk, voice, speed, streamed=streamed, timed=timed):
+                if isinstance(piece, bytes):
+                    sent += len(piece) // SAMPLE_WIDTH
+                    yield piece
+                else:
+                    yield [word.shifted(sent) for word in piece]
 
-    def _step(self, pieces: Iterator[bytes]) -> bytes | None:
+    def _step(self, pieces: Iterator[bytes | list[SpokenWord]]) -> bytes | list[SpokenWord] | None:
         """Runs on the synthesis thread: the next piece, its engine time counted."""
         started = time.perf_counter()
         try:
@@ -221,22 +249,41 @@ class Synthesizer:
         finally:
             self.busy_seconds += time.perf_counter() - started
 
-    def _render(self, chunk: str, voice: str, speed: float, *, streamed: bool) -> Iterator[bytes]:
+    def _render(
+        self, chunk: str, voice: str, speed: float, *, streamed: bool, timed: bool = False
+    ) -> Iterator[bytes | list[SpokenWord]]:
         """Runs on the synthesis thread: model call (a whole one timed for the schedule), silence
-        trim, pause, int16 conversion."""
+        trim, pause, int16 conversion. ``timed``: the chunk's words too, from the start of its
+        audio as kept (each list before the audio it describes; the trim's cut is known once
+        the first loud sample has come, so words wait for it)."""
         engine = self.engine
-        if streamed:
-            audio = engine.synthesize_stream(chunk, voice, speed)
-        else:
+        pieces: Iterator[NDArray[np.float32] | list[SpokenWord]]
+        if timed:
+            pieces = engine.synthesize_timed(chunk, voice, speed, streamed=streamed)  # type: ignore[attr-defined]
+        elif streamed:
+            pieces = engine.synthesize_stream(chunk, voice, speed)
+        if not streamed:
             started = time.perf_counter()
-            whole = engine.synthesize(chunk, voice, speed)
+            whole = list(pieces) if timed else [engine.synthesize(chunk, voice, speed)]
             self.schedule.observe(chunk, voice, speed, time.perf_counter() - started)
-            audio = iter([whole])
+            pieces = iter(whole)
         trim = StreamedTrim(engine.sample_rate)
-        for piece in audio:
-            kept = trim.push(piece)
-            if kept.size:
-                yield to_pcm16(kept)
+        waiting: list[SpokenWord] = []  # words whose audio's trim is not yet known
+        for piece in pieces:
+            if isinstance(piece, list):
+                waiting += piece
+            else:
+                kept = trim.push(piece)
+                if kept.size:
+                    if waiting:
+                        yield [word.shifted(-trim.cut) for word in waiting]
+                        waiting = []
+                    yield to_pcm16(kept)
+                continue
+            if waiting and trim.speaking:
+                yield [word.shifted(-trim.cut) for word in waiting]
+                waiting = []
+        # Words still waiting belong to audio the trim dropped whole (nothing loud): none sent.
         pause = np.zeros(int(pause_after(chunk) / speed * engine.sample_rate), np.float32)
         yield to_pcm16(np.concatenate([trim.finish(), pause]))
 
@@ -264,16 +311,22 @@ class StreamedTrim:
         self.speaking = False
         self.before: NDArray[np.float32] = np.zeros(0, np.float32)  # the pad before the onset
         self.held: NDArray[np.float32] = np.zeros(0, np.float32)  # quiet since the last loud one
+        self.seen = 0  # samples pushed so far
+        # Samples dropped before the first one kept (known once speaking): what moves the
+        # chunk's word timings onto its audio as sent.
+        self.cut = 0
 
     def push(self, piece: NDArray[np.float32]) -> NDArray[np.float32]:
         """What of ``piece`` (and the quiet held before it) is now known to be kept."""
         loud = np.flatnonzero(np.abs(piece) > SILENCE_THRESHOLD)
+        seen_before, self.seen = self.seen, self.seen + len(piece)
         if not self.speaking:
             if loud.size == 0:
                 self.before = np.concatenate([self.before, piece])[-self.pad :]
                 return piece[:0]
             self.speaking = True
             onset = len(self.before) + int(loud[0])
+            self.cut = seen_before - len(self.before) + max(0, onset - self.pad)
             piece = np.concatenate([self.before, piece])[max(0, onset - self.pad) :]
             loud = np.flatnonzero(np.abs(piece) > SILENCE_THRESHOLD)
         if loud.size == 0:

@@ -34,12 +34,22 @@ from speech_server.official_voices import english_or_bundled_voices
 from speech_server.settings import EngineSettings
 from speech_server.streamed_vocoder import (
     DEFAULT_VOCODER_SPEED,
+    SAMPLES_PER_FRAME,
     SplitFailed,
     StreamedVocoder,
     TextSide,
     VocoderSpeed,
     split_graph,
     text_side_inputs,
+)
+from speech_server.word_timings import (
+    SpokenWord,
+    WordTimer,
+    fed_phonemes,
+    phoneme_runs,
+    runs_of,
+    words_over_runs,
+    written_words,
 )
 from voicewire.voice_catalog import describe_voice
 
@@ -179,19 +189,62 @@ class KokoroOnnxEngine:
             else:
                 yield self.vocoder.whole(text_side, style)
 
+    def synthesize_timed(
+        self, text: str, voice: str, speed: float, *, streamed: bool
+    ) -> Iterator[NDArray[np.float32] | list[SpokenWord]]:
+        """The chunk's audio (in vocoder windows when ``streamed``) with its written words: each
+        batch's words, from its text side's durations, come just before its audio, their
+        samples counted from the start of the chunk's audio. A graph the split does not know
+        has no durations to give: its audio comes without words."""
+        if self.vocoder is None:
+            yield from (self.synthesize_stream if streamed else self._whole)(text, voice, speed)
+            return
+        vocabulary = self.kokoro.tokenizer.vocab
+        batches = [fed_phonemes(batch, vocabulary) for batch in self._batches(text, voice, speed)]
+        run_texts = [run for batch in batches for run in runs_of(batch)]
+        # Each written word phonemized alone (~60 us a word) says how many runs it is spoken as.
+        plan = words_over_runs(
+            written_words(text),
+            run_texts,
+            lambda word: fed_phonemes(self._phonemes(word, voice), vocabulary),
+        )
+        timer = WordTimer(plan)
+        offset = 0
+        sides = self._text_sides(batches, voice, speed)
+        for batch, (text_side, style) in zip(batches, sides, strict=True):
+            runs = phoneme_runs(batch, text_side.durations.ravel(), offset=offset)
+            if words := timer.add(runs):
+                yield words
+            if streamed:
+                yield from self.vocoder.windows(text_side, style)
+            else:
+                yield self.vocoder.whole(text_side, style)
+            offset += text_side.frames * SAMPLES_PER_FRAME
+
+    def _whole(self, text: str, voice: str, speed: float) -> Iterator[NDArray[np.float32]]:
+        yield self.synthesize(text, voice, speed)
+
     def text_sides(
         self, text: str, voice: str, speed: float
     ) -> Iterator[tuple[TextSide, NDArray[np.float32]]]:
         """The split graph's text side for each batch, with its style row: what kokoro-onnx's
         ``create(trim=False)`` computes before its vocoder (espeak-ng phonemes, 510-phoneme
         batches, the voice's style row per token count)."""
-        assert self.vocoder is not None
+        return self._text_sides(self._batches(text, voice, speed), voice, speed)
+
+    def _batches(self, text: str, voice: str, speed: float) -> list[str]:
+        """The chunk's phonemes in the model's batches of at most 510 (one, for a chunk under
+        ~60 words). No batches: nothing a voice can say (a lone combining accent, symbols
+        espeak-ng skips). That is no audio, not a failure: the request completes with none."""
         if not 0.5 <= speed <= 2.0:
             raise ValueError(f"Speed should be between 0.5 and 2.0, got {speed}")
+        return split_phonemes(self._phonemes(text, voice), MAX_PHONEME_LENGTH)
+
+    def _text_sides(
+        self, batches: list[str], voice: str, speed: float
+    ) -> Iterator[tuple[TextSide, NDArray[np.float32]]]:
+        assert self.vocoder is not None
         tokenizer = self.kokoro.tokenizer
-        batches = split_phonemes(self._phonemes(text, voice), MAX_PHONEME_LENGTH)
-        # No batches: nothing a voice can say (a lone combining accent, symbols espeak-ng
-        # skips). That is no audio, not a failure: the request completes with none.
         pack = self.kokoro.voices[voice]
         for batch in batches:
             tokens = tokenizer.tokenize(batch)

@@ -31,6 +31,15 @@ from speech_server.engines.default_voice import choose_default_voice
 from speech_server.gpu_check import find, require_cuda
 from speech_server.model_assets import ModelAssetError
 from speech_server.settings import EngineSettings
+from speech_server.word_timings import (
+    SpokenWord,
+    WordTimer,
+    fed_phonemes,
+    phoneme_runs,
+    runs_of,
+    words_over_runs,
+    written_words,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -123,6 +132,44 @@ class KokoroTorchEngine:
         if not parts:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate(parts).astype(np.float32, copy=False)
+
+    def synthesize_timed(
+        self, text: str, voice: str, speed: float, *, streamed: bool
+    ) -> Iterator[NDArray[np.float32] | list[SpokenWord]]:
+        """The chunk's audio with its written words first, samples counted from the start of
+        its audio: KPipeline's results carry the phonemes it fed the model and ``pred_dur``, the
+        duration predictor's frames per token (pads included, ``speed`` applied). On a GPU the
+        whole chunk takes tens of milliseconds: one piece either way (``streamed`` is moot)."""
+        pipeline = self.pipelines[voice[0]]
+        vocabulary = pipeline.model.vocab
+        results = [
+            result
+            for result in pipeline(
+                text, voice=self.voice_packs[voice], speed=speed, split_pattern=None
+            )
+            if result.audio is not None
+        ]
+        if not results:
+            yield np.zeros(0, dtype=np.float32)
+            return
+        fed = [fed_phonemes(result.phonemes, vocabulary) for result in results]
+        # Each written word through the pipeline's own G2P (misaki, or espeak-ng) alone.
+        plan = words_over_runs(
+            written_words(text),
+            [run for phonemes in fed for run in runs_of(phonemes)],
+            lambda word: fed_phonemes(pipeline.g2p(word)[0] or "", vocabulary),
+        )
+        timer = WordTimer(plan)
+        audio, offset, words = [], 0, []
+        for result, phonemes in zip(results, fed, strict=True):
+            durations = result.pred_dur.detach().cpu().numpy().ravel()
+            words += timer.add(phoneme_runs(phonemes, durations, offset=offset))
+            part = result.audio.detach().cpu().numpy()
+            audio.append(part)
+            offset += len(part)
+        if words:
+            yield words
+        yield np.concatenate(audio).astype(np.float32, copy=False)
 
 
 def _choose_device(torch: Any, requested: str | None) -> str:
