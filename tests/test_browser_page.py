@@ -475,3 +475,214 @@ async def test_the_pages_pause_rules_are_the_speech_servers():
     assert pauses == [pause_after(chunk) for chunk in chunks]
     assert set(pauses) == {0.0, 0.1, 0.25}
     assert errors == []
+
+
+# --- what the listener heard (issue 28) ---------------------------------------------------------
+
+# Every animation frame, what the page says is heard: its playback position (ms of the turn's
+# audio), the word it marks as being heard, and the audio clock. An init script: it runs outside
+# the page's Content-Security-Policy.
+RECORD_WORDS = """
+    window.wordSamples = [];
+    const sample = () => {
+        const stats = window.voicewireStats;
+        const span = document.querySelector('#transcript .word.speaking');
+        if (stats && stats.heardMs !== null) {
+            window.wordSamples.push({
+                at: performance.now(), ms: stats.heardMs, word: stats.word,
+                marked: span ? Number(span.dataset.word) : -1,
+                text: span ? span.textContent : '',
+            });
+        }
+        requestAnimationFrame(sample);
+    };
+    requestAnimationFrame(sample);
+"""
+SAMPLES = "() => window.wordSamples.splice(0)"  # those taken so far, and start again
+
+
+FRAME_MS = 50  # the marked word may be a frame behind the sample (the page marks it first)
+
+
+def assert_follows(samples: list[dict], words: list[dict]) -> None:
+    """Each sample's word is the one its playback position falls in, by the timings; the word
+    marked on the page is that one or, a frame late, the one before it."""
+    assert samples
+    for s in samples:
+        if s["word"] >= 0:
+            word = words[s["word"]]
+            assert word["start"] <= s["ms"] < word["end"], (s, word)
+        if s["marked"] >= 0:
+            marked = words[s["marked"]]
+            assert marked["start"] <= s["ms"] < marked["end"] + FRAME_MS, (s, marked)
+            assert s["marked"] in (s["word"], s["word"] - 1, -1) or s["word"] == -1, s
+    order = [s["marked"] for s in samples if s["marked"] >= 0]
+    assert order == sorted(order)  # it only moves on
+
+
+class ClientLinkFake:
+    """A client link that answers every ask with one sentence of eight timed words, 250 ms each,
+    a tone for audio, and an underrun: the first 1.1 s of audio at once, the rest only
+    GAP_SECONDS later. What a real stack cannot be made to do on cue; the real one is tested
+    below. It keeps what the page sends, and answers history with the words heard."""
+
+    WORDS = ("One", "two", "three", "four", "five", "six", "seven", "eight.")
+    WORD_MS = 250
+    BEFORE_GAP_MS = 1100  # in the middle of "five"
+    GAP_SECONDS = 3.0
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        self.history: list[dict] = []
+        self.server = None
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.sockets[0].getsockname()[:2]
+        return f"ws://{host}:{port}/ws"
+
+    async def __aenter__(self) -> ClientLinkFake:
+        from websockets.asyncio.server import serve
+
+        self.server = await serve(self.connection, "127.0.0.1", 0)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def connection(self, websocket) -> None:
+        turns: dict[str, asyncio.Task] = {}
+        number = 0
+        async for raw in websocket:
+            message = json.loads(raw)
+            self.received.append(message)
+            action = message["action"]
+            if action == "voices":
+                voice = {"name": "af_heart", "language": "en-US",
+                         "label": "American English", "gender": "female"}  # fmt: skip
+                await websocket.send(
+                    json.dumps({"type": "voices", "default_voice": "af_heart", "voices": [voice]})
+                )
+            elif action == "history":
+                await websocket.send(json.dumps({"type": "history", "messages": self.history}))
+            elif action == "cancel":
+                task = turns.get(message.get("turn_id"))
+                if task and not task.done():
+                    task.cancel()
+                    self.keep(message.get("heard_ms"))
+                    await self.end(websocket, message["turn_id"], "cancelled")
+            elif action == "ask":
+                for task in turns.values():
+                    if not task.done():  # a barge-in
+                        task.cancel()
+                        self.keep(message.get("heard_ms"))
+                number += 1
+                self.history.append({"role": "user", "text": message["prompt"],
+                                     "interrupted": False})  # fmt: skip
+                turns[message["turn_id"]] = asyncio.create_task(
+                    self.answer(websocket, message["turn_id"], number)
+                )
+
+    def keep(self, heard_ms: float | None) -> None:
+        """The answer as the agent would keep it, cut where the listener stopped hearing."""
+        heard = [
+            word
+            for index, word in enumerate(self.WORDS)
+            if heard_ms is not None and (index + 0.5) * self.WORD_MS <= heard_ms
+        ]
+        self.history.append({"role": "assistant", "text": " ".join(heard), "interrupted": True})
+
+    async def end(self, websocket, turn_id: str, status: str) -> None:
+        end = {"type": "turn_end", "turn_id": turn_id, "status": status, "timings": {},
+               "audio_bytes": 0, "audio_frames": 0}  # fmt: skip
+        await websocket.send(json.dumps(end))
+
+    async def answer(self, websocket, turn_id: str, number: int) -> None:
+        import math
+        import struct
+
+        text = " ".join(self.WORDS)
+        audio = {"encoding": "pcm_s16le", "sample_rate": 24000, "channels": 1,
+                 "delivery": "binary"}  # fmt: skip
+        words = [
+            {"text": word, "start_ms": i * self.WORD_MS, "end_ms": (i + 1) * self.WORD_MS}
+            for i, word in enumerate(self.WORDS)
+        ]
+        for frame in (
+            {"type": "turn_start", "turn_id": turn_id, "turn": number, "mode": "bidi",
+             "audio": audio},
+            {"type": "text_delta", "turn_id": turn_id, "seq": 0, "text": text},
+            {"type": "sentence", "turn_id": turn_id, "index": 0, "text": text},
+            {"type": "words", "turn_id": turn_id, "words": words},
+        ):  # fmt: skip
+            await websocket.send(json.dumps(frame))
+        tone = [int(8000 * math.sin(2 * math.pi * 220 * i / 24000)) for i in range(2400)]
+        pcm = struct.pack("<2400h", *tone)  # 0.1 s, never exact silence
+        total = len(self.WORDS) * self.WORD_MS // 100
+        for seq in range(total):
+            if seq == self.BEFORE_GAP_MS // 100:
+                await asyncio.sleep(self.GAP_SECONDS)  # the underrun
+            await websocket.send(bytes([0xA1]) + struct.pack(">II", number, seq) + pcm)
+            await asyncio.sleep(0.01)
+        self.history.append({"role": "assistant", "text": text, "interrupted": False})
+        await self.end(websocket, turn_id, "complete")
+
+
+async def test_the_word_heard_follows_the_audio_clock_through_an_underrun(tmp_path):
+    async with ClientLinkFake() as fake:
+        site = tmp_path / "site"
+        shutil.copytree(ROOT / "web", site)
+        (site / "config.json").write_text(json.dumps({"url": fake.url, "tickets": False}))
+        errors: list[str] = []
+        with static_host(site) as host:
+            async with chromium_page(errors) as page:
+                await page.add_init_script(RECORD_WORDS)
+                await page.goto(f"{host.url}/")
+                await wait_open(page)
+                await page.click("#ask")
+                # Into the underrun: the audio ran out 1.1 s in, in the middle of "five".
+                await until(page, "window.voicewireStats.heardMs >= 1099")
+                await page.evaluate(SAMPLES)
+                await asyncio.sleep(1.0)
+                stalled = await page.evaluate(SAMPLES)
+                # What was heard stood still, on "five", though wall time went on.
+                assert len(stalled) > 10
+                assert {round(s["ms"]) for s in stalled} == {1100}
+                assert {(s["word"], s["marked"], s["text"]) for s in stalled} == {(4, 4, "five")}
+                # The rest comes; the marked word moves on with the audio, word by word.
+                await until(page, "window.voicewireStats.heardMs > 1600", within_ms=10_000)
+                moving = await page.evaluate(SAMPLES)
+                await wait_turn(page, 1)
+                words = await page.evaluate("window.voicewireStats.words")
+                assert {s["marked"] for s in moving} >= {4, 5, 6}
+                assert_follows(moving, words)
+                assert all(
+                    s["text"] == fake.WORDS[s["marked"]].strip(".") for s in moving if s["text"]
+                )
+                # Stop during the next answer's underrun: heard_ms is what played (1.1 s), not
+                # the time since it began.
+                await page.click("#ask")
+                await until(page, "window.voicewireStats.heardMs >= 1099")
+                await asyncio.sleep(0.5)
+                await page.click("#cancel")
+                cancel = [m for m in fake.received if m["action"] == "cancel"][-1]
+                assert cancel["heard_ms"] == 1100
+                await until(page, "document.querySelector('#transcript .word.unheard')")
+                assert await page.eval_on_selector_all(
+                    "#transcript .word.unheard", "s => s.map(e => e.textContent)"
+                ) == ["five", "six", "seven", "eight"]  # five's middle was not reached
+                mark = await page.get_attribute("#transcript .cut-mark", "data-heard-ms")
+                assert mark == "1100"
+                # The history panel shows what the agent keeps: the heard words, interrupted.
+                await until(page, "document.querySelector('#memory .interrupted')")
+                remembered = await page.eval_on_selector_all(
+                    "#memory li",
+                    "l => l.map(e => [e.dataset.role, "
+                    "e.querySelector('.said').textContent, e.classList.contains('interrupted')])",
+                )
+                assert remembered[-2:] == [
+                    ["user", "What is the release plan?", False],
+                    ["assistant", "One two three four", True],
+                ]
+        assert errors == []

@@ -1,10 +1,14 @@
 // The page: connect, ask, hear the answer as it is written, and see where each turn's time
 // went. The modules beside this one hold the parts: connection.js (the WebSocket), player.js
-// (Web Audio), transcript.js (the text and the sentence being heard), timeline.js (the chart).
+// (Web Audio), transcript.js (the text and the sentence or word being heard), word_follower.js
+// (which word is heard, from the word timings and the audio clock), memory.js (what the agent
+// will remember), timeline.js (the chart).
 
 import { Link } from "./connection.js";
 import { Player } from "./player.js";
-import { TurnText, highlight, renderText } from "./transcript.js";
+import { TurnText, followWords, highlight, renderText } from "./transcript.js";
+import { WordFollower } from "./word_follower.js";
+import { Memory } from "./memory.js";
 import { drawTimeline } from "./timeline.js";
 
 const $ = (id) => document.getElementById(id);
@@ -14,6 +18,10 @@ const STORAGE_KEY = "voicewire.url";
 const TEXT_FRAMES_KEY = "voicewire.textFrames";
 const DEFAULT_RATE = 0.06; // seconds of speech per character at speed 1, until measured
 const TIMELINE_EVERY_MS = 100; // redraw the chart at most this often while a turn streams
+// After Stop on a turn the server has already ended (its audio was still playing here), the
+// history is asked for this long after the cancel: the local stack and API Gateway handle a
+// connection's messages concurrently, so one sent at once could be answered before the cut.
+const HISTORY_AFTER_CUT_MS = 500;
 
 // What to do about a server error, where its message alone may not say (docs/protocol.md).
 const HINTS = {
@@ -160,6 +168,7 @@ let chartDirty = false; // the chart too (redrawn at most every TIMELINE_EVERY_M
 let drawnAt = 0;
 let wasPlaying = false;
 let resend = null; // a turn cut by a fallback to base64: asked again once the link reopens
+let memory = null; // the "what the agent will remember" panel (memory.js), made below
 
 const link = new Link({
   settings,
@@ -189,6 +198,17 @@ Object.defineProperty(window, "voicewireStats", {
     },
     get playing() {
       return player.playing;
+    },
+    // The turn shown: ms of its audio heard (live while it plays, frozen at a cut), the index
+    // of the word being heard (-1: none), and its word timings as the words frames gave them.
+    get heardMs() {
+      return shown ? Math.max(0, position(shown)) : null;
+    },
+    get word() {
+      return shown ? shown.follower.wordAt(position(shown)) : -1;
+    },
+    get words() {
+      return shown ? shown.follower.words.map((word) => ({ ...word })) : [];
     },
   }),
 });
@@ -222,6 +242,7 @@ function received(speed) {
     frames: [],
     playback: [],
     tools: [], // {id, name, from, to, status}: each tool call, ms from the click
+    follower: new WordFollower(), // its word timings, its audio on the clock, where it was cut
     marks: {},
     server: {},
     audioSeconds: 0,
@@ -234,6 +255,22 @@ const byId = (id) => turns.find((turn) => turn.id === id) || null;
 
 function mark(turn, name) {
   if (turn.marks[name] == null) turn.marks[name] = since(turn);
+}
+
+/** Ms of a turn's audio heard: frozen where the listener cut it; live, from the audio clock,
+ * while it is the turn playing (-1 before its first frame starts); all of it otherwise. */
+function position(turn) {
+  const follower = turn.follower;
+  if (follower.cutMs !== null) return follower.cutMs;
+  if (turn === current) return follower.positionAt(player.heardTime);
+  return follower.streamMs;
+}
+
+/** The listener stops hearing a turn (Stop, or a barge-in): freeze what was heard, for the
+ * transcript's cut and the heard_ms the server is told. Call before player.stop(). */
+function cut(turn) {
+  if (turn.follower.cutMs !== null) return turn.follower.cutMs;
+  return turn.follower.cut(Math.max(0, position(turn)));
 }
 
 // --- actions -------------------------------------------------------------------------------
@@ -253,8 +290,14 @@ function start(kind) {
   // A new turn while one plays is a barge-in: the server cancels the old one; here it goes
   // silent at once and its late frames are dropped.
   // A turn that has ended and been heard to its end is not "stopped": nothing of it was cut.
+  // One cut tells the server how much of it was heard (heard_ms), even if the server had
+  // ended it: the agent is to remember only what reached the listener.
   const previous = awaiting || current;
-  if (previous && (!previous.ended || player.playing > 0)) previous.stopped = true;
+  let heard = null;
+  if (previous && (!previous.ended || player.playing > 0)) {
+    heard = cut(previous);
+    previous.stopped = true;
+  }
   player.stop();
   current = null;
   const turn = newTurn(kind, text);
@@ -266,6 +309,7 @@ function start(kind) {
   if (turn.voice) message.voice = turn.voice;
   if (turn.speed !== 1) message.speed = turn.speed;
   message.turn_id = turn.id;
+  if (heard !== null) message.heard_ms = heard;
   turn.message = message; // kept: a fallback to base64 asks it again
   link.send(message);
   showError("");
@@ -274,13 +318,16 @@ function start(kind) {
 
 function stop() {
   const turn = current || awaiting;
+  const heard = turn ? cut(turn) : 0; // from the audio clock, before it goes silent
   player.stop(); // silent now, whatever the server does next
   if (turn) {
     turn.stopped = true;
-    if (!turn.ended) {
-      turn.status = "stopping";
-      link.send({ action: "cancel", turn_id: turn.id });
-    }
+    // A turn the server has ended may still be playing here (bidi's audio comes faster than
+    // it plays): it is cancelled all the same, so that the server hears what was heard; its
+    // answer, unknown_turn, is expected and not shown.
+    link.send({ action: "cancel", turn_id: turn.id, heard_ms: heard });
+    if (!turn.ended) turn.status = "stopping";
+    else setTimeout(() => memory.ask(), HISTORY_AFTER_CUT_MS); // no turn_end will come
   }
   current = null;
   awaiting = null;
@@ -362,6 +409,8 @@ function handleFrame(frame) {
         turn.sentences.push(since(turn));
         mark(turn, "sentence");
       });
+    case "words":
+      return handleText(frame, (turn) => turn.follower.addWords(frame.words));
     case "tool_start":
       return handleText(frame, (turn) => {
         turn.tools.push({ id: frame.tool_use_id, name: frame.name, from: since(turn) });
@@ -377,6 +426,9 @@ function handleFrame(frame) {
       return handleError(frame);
     case "voices":
       return showVoices(frame);
+    case "history":
+      memory.show(frame, lastTurnNumber);
+      return changed();
     case "unreadable":
       return showError(`The server sent ${frame.detail}; it was ignored.`);
     default:
@@ -399,7 +451,7 @@ function handleStart(frame) {
     player.startTurn();
   } else if (turn.stopped && !turn.ended) {
     // Stopped before the server had it: the first cancel found no turn, so cancel it now.
-    link.send({ action: "cancel", turn_id: turn.id });
+    link.send({ action: "cancel", turn_id: turn.id, heard_ms: turn.follower.cutMs ?? 0 });
   }
   changed();
 }
@@ -424,6 +476,7 @@ function handleAudio(frame) {
   turn.frames.push(arrived);
   mark(turn, "frame");
   if (scheduled.stalled) turn.stalls += 1;
+  turn.follower.addAudio(scheduled);
   const seconds = scheduled.end - scheduled.start;
   turn.audioSeconds += seconds;
   const from = player.heardAt(scheduled.start) - turn.clickAt;
@@ -445,12 +498,14 @@ function handleEnd(frame) {
   turn.server = frame.timings || {};
   turn.marks.end = since(turn);
   if (turn === awaiting) awaiting = null;
+  memory.ask(); // the server keeps the history before it sends turn_end: this is the new one
   changed();
 }
 
 function handleError(frame) {
   const turn = frame.turn_id ? byId(frame.turn_id) : null;
   if (frame.code === "unknown_turn" && turn && turn.stopped) return; // our cancel met its end
+  if (memory.refused(frame)) return; // an API without "history": the panel says so
   const hint = HINTS[frame.code] ? ` ${HINTS[frame.code]}` : "";
   const text = `${frame.code}: ${frame.message}${hint}`;
   if (turn) {
@@ -523,6 +578,7 @@ function render() {
   $("disconnect").disabled = !["open", "connecting", "reconnecting"].includes(state);
   const active = (current && (!current.ended || player.playing > 0)) || awaiting;
   $("cancel").disabled = !active;
+  memory.render(open);
 
   const turn = shown;
   const marks = turn ? turn.marks : {};
@@ -548,7 +604,7 @@ function render() {
       (turn.delivery ? `, ${turn.delivery} audio frames` : "") +
       working(turn)
     : "";
-  if (turn) renderText($("transcript"), turn.text);
+  if (turn) renderText($("transcript"), turn.text, turn.follower);
   renderHistory();
   chartDirty = true;
 }
@@ -665,7 +721,11 @@ function tick(now) {
     drawnAt = now;
     drawChart();
   }
-  if (shown && shown === current) highlight($("transcript"), shown.text, player.heardTime);
+  // The word being heard, where the server times words; else the sentence (an older server,
+  // or "word_timings": false).
+  const transcript = $("transcript");
+  if (shown && shown.follower.hasWords) followWords(transcript, shown.follower, position(shown));
+  else if (shown && shown === current) highlight(transcript, shown.text, player.heardTime);
   if (player.playing > 0 !== wasPlaying) {
     wasPlaying = player.playing > 0; // the last audio ended (or began): Stop's state follows
     changed();
@@ -682,6 +742,12 @@ function connectNow() {
   link.connect();
 }
 
+memory = new Memory({
+  list: $("memory"),
+  note: $("memory-note"),
+  refresh: $("memory-refresh"),
+  ask: () => link.send({ action: "history" }),
+});
 loadSettings();
 $("connection-form").addEventListener("submit", (event) => {
   event.preventDefault();

@@ -11,6 +11,10 @@
 // a sentence with 0.25 s of exact digital silence (0.1 s after a clause), divided by the speed.
 // A sentence whose end has no such mark (an early cut of the first words) is given the audio
 // its length predicts, at the speaking rate measured on the sentences before it.
+//
+// Where the server sends word timings (words frames), each timed word is marked too, found in
+// the shown text by its letters as sentences are; word_follower.js says which one is heard, and
+// followWords() marks it, and at a cut (Stop, a barge-in) the words the listener never heard.
 
 const SENTENCE_END = /[.!?…。！？]$/u;
 const CLAUSE_END = /[,;:\-–—、]$/u;
@@ -132,33 +136,146 @@ export class TurnText {
   }
 }
 
-/** Show a turn's text in element: the written text with its sentences marked, or (a speak
- * turn, which has no written text) the sentences themselves. */
-export function renderText(element, turnText) {
-  const written = turnText.written;
-  const sentences = turnText.sentences.filter(Boolean);
-  const parts = [];
-  if (!written) {
-    for (const sentence of sentences) {
-      parts.push(sentenceSpan(sentence.index, sentence.text), document.createTextNode(" "));
-    }
-  } else {
-    let at = 0;
-    for (const { index, from, to } of locate(written, sentences)) {
-      if (from > at) parts.push(document.createTextNode(written.slice(at, from)));
-      parts.push(sentenceSpan(index, written.slice(from, to)));
-      at = to;
-    }
-    if (at < written.length) parts.push(document.createTextNode(written.slice(at)));
-  }
-  element.replaceChildren(...parts);
+/** Where each timed word is in the shown text: [{index, from, to}], in order. A word is looked
+ * for by its letters from the end of the one found before, at most WORD_REACH letters on (a
+ * link's address sits between two spoken words in the written text, while a short word found
+ * far ahead would be another's); one not found (its text has not arrived yet, a mark with no
+ * letters) is left out, and the next is looked for from the same place. */
+export function locateWords(text, words) {
+  const { flat, where } = letters(text);
+  const found = [];
+  let cursor = 0;
+  words.forEach((word, index) => {
+    const wanted = letters(word.text).flat;
+    if (!wanted) return;
+    const ahead = flat.substring(cursor, cursor + WORD_REACH + wanted.length).indexOf(wanted);
+    if (ahead < 0) return;
+    const at = cursor + ahead;
+    found.push({ index, from: where[at], to: where[at + wanted.length - 1] + 1 });
+    cursor = at + wanted.length;
+  });
+  return found;
 }
 
-function sentenceSpan(index, text) {
+const WORD_REACH = 200;
+
+let renders = 0; // followWords redoes its marks after each render (the spans are new)
+
+/** Show a turn's text in element: the written text with its sentences marked, or (a speak
+ * turn, which has no written text) the sentences themselves; each timed word of follower
+ * (word_follower.js) in its own span, and, once the turn was cut, a mark where the listener
+ * stopped hearing. */
+export function renderText(element, turnText, follower = null) {
+  const sentences = turnText.sentences.filter(Boolean);
+  let text = turnText.written;
+  let located;
+  if (text) {
+    located = locate(text, sentences);
+  } else {
+    located = [];
+    for (const sentence of sentences) {
+      if (text) text += " ";
+      const from = text.length;
+      text += sentence.text;
+      located.push({ index: sentence.index, from, to: text.length });
+    }
+  }
+  const words = follower ? locateWords(text, follower.words) : [];
+  const parts = [];
+  let at = 0;
+  const run = new Run(text, words);
+  for (const { index, from, to } of located) {
+    run.into(parts, at, from);
+    const span = sentenceSpan(index);
+    run.into(span, from, to);
+    parts.push(span);
+    at = to;
+  }
+  run.into(parts, at, text.length);
+  element.replaceChildren(...parts);
+  if (follower && follower.cutMs !== null) markCut(element, follower, words);
+  renders += 1;
+}
+
+/** The text between sentence marks, or inside one, with the timed words in it as spans. A word
+ * that would straddle a sentence's edge (not expected: words are timed within a chunk) stays
+ * plain text. */
+class Run {
+  constructor(text, words) {
+    this.text = text;
+    this.words = words;
+    this.next = 0; // the first word not placed yet
+  }
+
+  into(target, from, to) {
+    const add = (node) => (Array.isArray(target) ? target.push(node) : target.append(node));
+    const { text, words } = this;
+    while (this.next < words.length && words[this.next].from < from) this.next += 1;
+    let cursor = from;
+    while (this.next < words.length && words[this.next].to <= to) {
+      const word = words[this.next];
+      this.next += 1;
+      if (word.from > cursor) add(document.createTextNode(text.slice(cursor, word.from)));
+      const span = document.createElement("span");
+      span.className = "word";
+      span.dataset.word = String(word.index);
+      span.textContent = text.slice(word.from, word.to);
+      add(span);
+      cursor = word.to;
+    }
+    if (to > cursor) add(document.createTextNode(text.slice(cursor, to)));
+  }
+}
+
+/** The mark where the listener stopped hearing: after the last word heard (before the first
+ * one, when none was). Its words are in CSS (::after), so the text copied stays the answer's. */
+function markCut(element, follower, words) {
+  if (!words.length) return;
+  const heard = follower.heardCount(follower.cutMs);
+  const mark = document.createElement("span");
+  mark.className = "cut-mark";
+  mark.setAttribute("role", "separator");
+  mark.setAttribute("aria-label", `the listener stopped hearing here, at ${follower.cutMs} ms`);
+  mark.dataset.heardMs = String(follower.cutMs);
+  const last = words.findLast((word) => word.index < heard);
+  const span = (word) => element.querySelector(`.word[data-word="${word.index}"]`);
+  if (last) span(last).after(mark);
+  else span(words[0]).before(mark);
+}
+
+/** Mark, in a rendered text, the word heard at stream position ms (speaking), and once the
+ * turn was cut, the words never heard (unheard). Cheap when nothing changed: once a frame. */
+export function followWords(element, follower, ms) {
+  const cut = follower.cutMs !== null;
+  const at = cut ? follower.cutMs : ms;
+  const speaking = cut ? -1 : follower.wordAt(at);
+  const heard = follower.heardCount(at);
+  const key = `${renders}:${speaking}:${heard}:${cut}`;
+  if (element.dataset.followed === key) return;
+  element.dataset.followed = key;
+  let shown = null;
+  for (const span of element.querySelectorAll(".word")) {
+    const index = Number(span.dataset.word);
+    span.classList.toggle("speaking", index === speaking);
+    span.classList.toggle("unheard", cut && index >= heard);
+    if (index === speaking) shown = span;
+  }
+  if (shown) keepInView(element, shown);
+}
+
+/** Scroll the transcript box (not the page) so that the word being heard stays in sight. */
+function keepInView(box, span) {
+  const top = span.offsetTop;
+  const bottom = top + span.offsetHeight;
+  if (top < box.scrollTop || bottom > box.scrollTop + box.clientHeight) {
+    box.scrollTop = Math.max(0, top - box.clientHeight / 3);
+  }
+}
+
+function sentenceSpan(index) {
   const span = document.createElement("span");
   span.className = "sentence";
   span.dataset.index = String(index);
-  span.textContent = text;
   return span;
 }
 
