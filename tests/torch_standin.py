@@ -37,9 +37,32 @@ class Tensor:
 
 @dataclass
 class Result:
-    """KPipeline yields results whose ``audio`` is a tensor, or None for an empty segment."""
+    """As KPipeline's results: the segment's phonemes, its ``audio`` (a tensor, or None for an
+    empty segment) and ``pred_dur``, the duration predictor's frames of 600 samples per token
+    fed, the two boundary pads included (``speed`` applied), which the audio's length follows."""
 
+    phonemes: str
     audio: Tensor | None
+    pred_dur: Tensor | None = None
+
+
+# The stand-in's phonemes: a text's letters, spaces and Kokoro's punctuation, lower-cased; the
+# model's vocabulary is those characters (a digit or "$" is dropped, as a character outside
+# Kokoro's vocabulary is).
+VOCAB = {character: index for index, character in enumerate(" ;:,.!?abcdefghijklmnopqrstuvwxyz", 1)}
+LEADING_PAD, TRAILING_PAD, PHONEME_FRAMES = 4, 6, 3
+
+
+def standin_phonemes(text: str) -> str:
+    return " ".join("".join(c for c in text.lower() if c in VOCAB or c.isspace()).split())
+
+
+def standin_result(phonemes: str, speed: float) -> Result:
+    fed = [c for c in phonemes if c in VOCAB]
+    frames = [LEADING_PAD, *[max(1, round(PHONEME_FRAMES / speed))] * len(fed), TRAILING_PAD]
+    samples = sum(frames) * 600
+    tone = np.sin(np.arange(samples) * 0.05).astype(np.float64) * 0.3
+    return Result(phonemes, Tensor(tone), Tensor(np.array(frames, dtype=np.int64)))
 
 
 @dataclass
@@ -107,24 +130,33 @@ def fake_modules(
         def eval(self) -> KModel:
             return self
 
+        vocab = VOCAB
+
     class KPipeline:
         def __init__(self, lang_code: str, repo_id: str, model: KModel) -> None:
             if lang_code in no_g2p:
                 raise ImportError(f"misaki[{lang_code}] is not installed")
             self.lang_code = lang_code
+            self.model = model
+            self.last_results: list[Result] = []
             calls.pipelines.append(lang_code)
+
+        def g2p(self, text: str) -> tuple[str, None]:
+            return standin_phonemes(text), None
 
         def __call__(self, text: str, voice: Tensor, speed: float, split_pattern: object):
             calls.spoken.append(
                 {"lang": self.lang_code, "text": text, "voice": voice, "speed": speed,
                  "split_pattern": split_pattern}
             )  # fmt: skip
-            # Two segments and an empty one, as KPipeline yields past 510 phonemes.
-            samples = int(0.05 * len(text) * 24000 / speed)
-            tone = np.sin(np.arange(samples) * 0.05).astype(np.float64) * 0.3
-            yield Result(Tensor(tone))
-            yield Result(None)
-            yield Result(Tensor(tone[: samples // 2]))
+            # Two segments and an empty one, as KPipeline yields past 510 phonemes: cut after
+            # the first sentence when there are two.
+            first, _, rest = text.partition(". ")
+            segments = [first + "." if rest else first, rest] if rest else [text]
+            results = [standin_result(standin_phonemes(segments[0]), speed), Result("", None)]
+            results += [standin_result(standin_phonemes(part), speed) for part in segments[1:]]
+            self.last_results = results
+            yield from results
 
     kokoro = types.ModuleType("kokoro")
     kokoro.KModel, kokoro.KPipeline = KModel, KPipeline

@@ -234,12 +234,13 @@ class Synthesizer:
         for index, chunk in enumerate(chunks):
             first_of_fast_start = fast_start and index == 0
             streamed = first_of_fast_start or schedule.streams(chunk, voice, speed, clock)
+            chunk_start = sent  # the chunk's words count from its own first sample
             for piece in self._render(chunk, voice, speed, streamed=streamed, timed=timed):
                 if isinstance(piece, bytes):
                     sent += len(piece) // SAMPLE_WIDTH
                     yield piece
                 else:
-                    yield [word.shifted(sent) for word in piece]
+                    yield [word.shifted(chunk_start) for word in piece]
 
     def _step(self, pieces: Iterator[bytes | list[SpokenWord]]) -> bytes | list[SpokenWord] | None:
         """Runs on the synthesis thread: the next piece, its engine time counted."""

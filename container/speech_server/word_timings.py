@@ -30,7 +30,14 @@ import difflib
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+from numpy.typing import NDArray
+
 SAMPLES_PER_DURATION = 600  # one duration unit: 25 ms at 24 kHz
+# A word's end is pulled back to its last sample louder than this (the synthesis layer's own
+# silence threshold), plus END_PAD_SAMPLES: see ``ended_by_audio``.
+LOUD = 0.01
+END_PAD_SAMPLES = 360  # 15 ms, as the synthesis layer keeps after a chunk's last loud sample
 # Kokoro's punctuation marks and its space (kokoro-onnx's DEFAULT_VOCAB ids 1-16): what ends a
 # run. The same characters in a phoneme string, for engines that give phonemes, not ids.
 BOUNDARY_TOKENS = frozenset(range(1, 17))
@@ -161,6 +168,26 @@ class WordTimer:
                                     self._runs[word.stop - 1].end))  # fmt: skip
             self._told += 1
         return words
+
+
+def ended_by_audio(
+    words: Sequence[SpokenWord], audio: NDArray[np.float32], offset: int = 0
+) -> list[SpokenWord]:
+    """The words with each end moved back to where its audio falls quiet: ``audio`` starts at
+    sample ``offset`` of the words' count and must cover each word's whole span.
+
+    Kokoro gives a phrase's last phoneme the pause after it (measured: "noon." 300 ms past
+    its last loud sample, the silence after a sentence inside its last word), so without this a
+    word heard to its end would not be counted heard until the pause had played too."""
+    moved = []
+    for word in words:
+        span = audio[max(0, word.start - offset) : word.end - offset]
+        loud = np.flatnonzero(np.abs(span) > LOUD)
+        end = word.end
+        if loud.size:
+            end = min(word.end, word.start + int(loud[-1]) + 1 + END_PAD_SAMPLES)
+        moved.append(SpokenWord(word.text, word.start, end))
+    return moved
 
 
 def written_words(text: str) -> list[str]:

@@ -28,6 +28,25 @@ def _decoder() -> Any:
 
 def transcribe(audio: NDArray[np.floating], sample_rate: int) -> str:
     """The recognizer's words for ``audio`` (float in [-1, 1])."""
+    decoder = _decoded(audio, sample_rate)
+    hypothesis = decoder.hyp()
+    return hypothesis.hypstr if hypothesis else ""
+
+
+def recognizer_segments(
+    audio: NDArray[np.floating], sample_rate: int
+) -> list[tuple[str, int, int]]:
+    """The words the recognizer heard, each with its first and last 10 ms frame (silences and
+    fillers left out)."""
+    decoder = _decoded(audio, sample_rate)
+    return [
+        (segment.word, segment.start_frame, segment.end_frame)
+        for segment in decoder.seg()
+        if not segment.word.startswith(("<", "[")) and segment.word != "<sil>"
+    ]
+
+
+def _decoded(audio: NDArray[np.floating], sample_rate: int) -> Any:
     count = int(len(audio) * RECOGNIZER_RATE / sample_rate)
     # Linear interpolation is enough for a recognizer: speech above 8 kHz carries no words.
     resampled = np.interp(
@@ -38,8 +57,7 @@ def transcribe(audio: NDArray[np.floating], sample_rate: int) -> str:
     decoder.start_utt()
     decoder.process_raw(pcm, full_utt=True)
     decoder.end_utt()
-    hypothesis = decoder.hyp()
-    return hypothesis.hypstr if hypothesis else ""
+    return decoder
 
 
 def words(text: str) -> list[str]:

@@ -45,6 +45,7 @@ from speech_server.streamed_vocoder import (
 from speech_server.word_timings import (
     SpokenWord,
     WordTimer,
+    ended_by_audio,
     fed_phonemes,
     phoneme_runs,
     runs_of,
@@ -213,12 +214,13 @@ class KokoroOnnxEngine:
         sides = self._text_sides(batches, voice, speed)
         for batch, (text_side, style) in zip(batches, sides, strict=True):
             runs = phoneme_runs(batch, text_side.durations.ravel(), offset=offset)
-            if words := timer.add(runs):
-                yield words
-            if streamed:
-                yield from self.vocoder.windows(text_side, style)
-            else:
-                yield self.vocoder.whole(text_side, style)
+            words = timer.add(runs)
+            pieces = (
+                self.vocoder.windows(text_side, style)
+                if streamed
+                else iter([self.vocoder.whole(text_side, style)])
+            )
+            yield from _words_before_their_audio(words, pieces, offset)
             offset += text_side.frames * SAMPLES_PER_FRAME
 
     def _whole(self, text: str, voice: str, speed: float) -> Iterator[NDArray[np.float32]]:
@@ -252,6 +254,28 @@ class KokoroOnnxEngine:
                 raise ValueError(f"No phonemes of {batch!r} are in the model vocabulary")
             inputs, style = text_side_inputs(tokens, pack, speed)
             yield self.vocoder.text_side(inputs), style
+
+
+def _words_before_their_audio(
+    words: list[SpokenWord], pieces: Iterator[NDArray[np.float32]], offset: int
+) -> Iterator[NDArray[np.float32] | list[SpokenWord]]:
+    """A batch's pieces of audio (``offset`` samples into the chunk), each after the words that
+    start in it. A piece is decoded before its words are given, so a word that ends inside the
+    audio decoded so far has its end taken from that audio (``ended_by_audio``); one that runs
+    on into the next window keeps the duration predictor's end."""
+    heard = np.zeros(0, np.float32)
+    waiting = list(words)
+    for piece in pieces:
+        heard = np.concatenate([heard, piece])
+        decoded_to = offset + len(heard)
+        starting = [word for word in waiting if word.start < decoded_to]
+        if starting:
+            waiting = waiting[len(starting) :]
+            whole = [word for word in starting if word.end <= decoded_to]
+            yield ended_by_audio(whole, heard, offset) + starting[len(whole) :]
+        yield piece
+    if waiting:  # past the audio (a duration the vocoder did not render): still named
+        yield waiting
 
 
 def bundled_candidates(progress: Progress = logger.info) -> dict[CandidateName, Path]:

@@ -34,6 +34,7 @@ from speech_server.settings import EngineSettings
 from speech_server.word_timings import (
     SpokenWord,
     WordTimer,
+    ended_by_audio,
     fed_phonemes,
     phoneme_runs,
     runs_of,
@@ -167,9 +168,10 @@ class KokoroTorchEngine:
             part = result.audio.detach().cpu().numpy()
             audio.append(part)
             offset += len(part)
+        whole = np.concatenate(audio).astype(np.float32, copy=False)
         if words:
-            yield words
-        yield np.concatenate(audio).astype(np.float32, copy=False)
+            yield ended_by_audio(words, whole)
+        yield whole
 
 
 def _choose_device(torch: Any, requested: str | None) -> str:
