@@ -53,6 +53,7 @@ from functions.agent_events import (
     with_still_running,
 )
 from functions.agent_loop import BedrockAgent
+from functions.heard_history import TurnWord, estimated_heard_ms
 from functions.tool_fillers import filler_for
 from voicewire.chunker import IncrementalSentenceChunker
 from voicewire.client_protocol import (
@@ -65,9 +66,11 @@ from voicewire.client_protocol import (
     TurnEnd,
     TurnStart,
     TurnStatus,
+    Words,
+    WordTiming,
 )
 from voicewire.error_codes import ErrorCode
-from voicewire.speech_link import AudioChunk, SpeechSession, SpeechSessionError
+from voicewire.speech_link import AudioChunk, SpeechSession, SpeechSessionError, WordsFrame
 from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
 from voicewire.speech_text import to_speech_text
 from voicewire.voice_catalog import describe_voice
@@ -83,6 +86,8 @@ class TurnSpec:
     accepted_at: float  # epoch seconds: timings count from the moment the turn was accepted
     voice: str | None = None
     speed: float | None = None
+    # ``words`` frames for the client (the speech server is asked for its word timings).
+    word_timings: bool = True
 
 
 @dataclass
@@ -96,6 +101,12 @@ class TurnOutcome:
     # The agent's messages after the prompt (tool calls and their results, the answer): what
     # the history keeps; empty for a speak turn.
     messages: list[dict[str, Any]] = field(default_factory=list)
+    # The words the turn's audio speaks, when each ends (for the history of a cut turn), and
+    # how much of it the listener can have heard when the turn stopped (the estimate used when
+    # the client does not say): functions.heard_history.
+    words: list[TurnWord] = field(default_factory=list)
+    heard_estimate_ms: float = 0.0
+    audio_ms: float = 0.0
 
 
 @dataclass
@@ -171,6 +182,10 @@ class TurnRunner:
         if self.agent is None and self.llm is not None and self.llm_request is not None:
             self.agent = BedrockAgent(self.llm, self.llm_request)
         self._request_ids: list[str] = []
+        # What each speech request says: its text, its round of the answer, whether a filler.
+        self._requests: dict[str, _Spoken] = {}
+        self._words: list[TurnWord] = []  # every word spoken so far, ends from the turn's start
+        self._audio_queued = 0  # samples of the turn's audio handed to the consumer
         self._session: SpeechSession | None = None
         self._announcing: asyncio.Task[None] | None = None  # the turn_start's post
         # When the audio posted so far has played out, if it plays from its posts (monotonic).
@@ -217,9 +232,12 @@ class TurnRunner:
         except ConnectionGone:
             await self._stop_work(cancel_speech=True)
             await self._settle_text()
-            return TurnOutcome(
-                "cancelled", self._clock.timings(), self._answer, gone=True, messages=self._messages
-            )
+            return self._heard(
+                TurnOutcome(
+                    "cancelled", self._clock.timings(), self._answer, gone=True,
+                    messages=self._messages,
+                )
+            )  # fmt: skip
         except _Stop:
             status = "cancelled"
             if (failure := self.stop_failure()) is not None:
@@ -262,6 +280,7 @@ class TurnRunner:
             self.agent.stop_reason if self.agent else None, messages=self._messages,
         )  # fmt: skip
         outcome.error = error
+        self._heard(outcome)
         if error is not None:
             error.turn_id = self.spec.turn_id
         if tell_end:
@@ -289,6 +308,16 @@ class TurnRunner:
             audio_bytes=self.relay.audio_bytes,
             audio_frames=self.relay.audio_frames,
         )
+
+    def _heard(self, outcome: TurnOutcome) -> TurnOutcome:
+        """``outcome`` with the turn's words and what the listener can have heard by now: at
+        most the time since the first audio frame left, at most the audio sent."""
+        first = self.relay.first_audio_posted_at
+        since = time.monotonic() - first if first is not None else None
+        outcome.audio_ms = round(self.relay.audio_bytes / SAMPLE_WIDTH / SAMPLE_RATE * 1000, 1)
+        outcome.heard_estimate_ms = estimated_heard_ms(since, outcome.audio_ms)
+        outcome.words = list(self._words)
+        return outcome
 
     @property
     def _answer(self) -> str:
@@ -425,16 +454,16 @@ class TurnRunner:
             saying = asyncio.Lock()  # the filler's task and this one send sentences
             filling: asyncio.Task[None] | None = None
 
-            async def say(sentences: list[str]) -> None:
+            async def say(sentences: list[str], filler: bool = False) -> None:
                 async with saying:
                     if sentences and batch:
                         await self.relay.finish_text()  # the text, before what is spoken of it
                     for sentence in sentences:
-                        await self._send_sentence(sentence, said, queue, sent)
+                        await self._send_sentence(sentence, said, queue, sent, filler)
 
             async def fill() -> None:
                 said.filled = True
-                await say([filler_for(language)])
+                await say([filler_for(language)], filler=True)
 
             async def fill_after_preamble(delay: float) -> None:
                 # The preamble was short and the tool is slow: once the preamble has played out
@@ -484,10 +513,8 @@ class TurnRunner:
 
         async def audio_task() -> None:
             while (request_id := await sent.get()) is not None:
-                speech = await self._speech()
-                async for event in speech.events(request_id, idle_timeout=self.speech_timeout):
-                    if isinstance(event, AudioChunk):
-                        queue.put_nowait(event.pcm)
+                async for item in self._request_audio(request_id):
+                    queue.put_nowait(item)
 
         async with contextlib.aclosing(_merge(queue, [text_task(), audio_task()])) as merged:
             async for item in merged:
@@ -511,6 +538,7 @@ class TurnRunner:
         said: _Said,
         queue: asyncio.Queue[BaseModel | bytes | BaseException | None],
         sent: asyncio.Queue[str | None],
+        filler: bool = False,
     ) -> None:
         self._clock.mark("sentence")
         if self.relay.text_flush == "sentence":
@@ -523,10 +551,12 @@ class TurnRunner:
             voice=self.spec.voice,
             speed=self.spec.speed,
             fast_start=self.fast_start and cut_early(sentence, said.in_round),
+            word_timings=self.spec.word_timings or None,
         )
         said.index += 1
         said.in_round += 1
         self._request_ids.append(request_id)
+        self._requests[request_id] = _Spoken(sentence, said.round, filler)
         sent.put_nowait(request_id)
 
     async def _speak_events(self) -> AsyncIterator[BaseModel | bytes]:
@@ -536,18 +566,50 @@ class TurnRunner:
             return  # only emoji or markup: nothing to say, and the turn completes silent
         self._clock.mark("sentence")
         yield Sentence(turn_id=self.spec.turn_id, index=0, text=text)
-        async for pcm in self._synthesize(text):
-            yield pcm
-
-    async def _synthesize(self, text: str) -> AsyncIterator[bytes]:
         speech = await self._speech()
         request_id = await speech.send(
-            text, voice=self.spec.voice, speed=self.spec.speed, fast_start=self.fast_start
-        )
+            text, voice=self.spec.voice, speed=self.spec.speed, fast_start=self.fast_start,
+            word_timings=self.spec.word_timings or None,
+        )  # fmt: skip
         self._request_ids.append(request_id)
+        self._requests[request_id] = _Spoken(text, 0, False)
+        async for item in self._request_audio(request_id):
+            yield item
+
+    async def _request_audio(self, request_id: str) -> AsyncIterator[Words | bytes]:
+        """One speech request's audio, each ``words`` frame before the audio it times, its
+        times moved from the request's audio to the turn's (the audio of every request before
+        it); its words kept for the history of a cut turn.
+
+        A request answered without word timings (the client turned them off, or a speech server
+        that does not give them) gets its words spread evenly over its audio, for the history
+        alone: what LiveKit does without TTS timings, close enough to cut at a word."""
+        spoken = self._requests[request_id]
+        at = self._audio_queued  # samples of the turn's audio before this request's
+        timed = False
+        speech = await self._speech()
         async for event in speech.events(request_id, idle_timeout=self.speech_timeout):
-            if isinstance(event, AudioChunk):
+            if isinstance(event, WordsFrame) and event.words:
+                timed = True
+                words = [
+                    WordTiming(text=w.text, start_ms=_ms(at + w.start), end_ms=_ms(at + w.end))
+                    for w in event.words
+                ]
+                self._words += [
+                    TurnWord(word.text, word.end_ms, spoken.round, spoken.filler) for word in words
+                ]
+                if self.spec.word_timings:
+                    yield Words(turn_id=self.spec.turn_id, words=words)
+            elif isinstance(event, AudioChunk):
+                self._audio_queued += len(event.pcm) // SAMPLE_WIDTH
                 yield event.pcm
+        if not timed:
+            written = spoken.text.split()
+            step = (self._audio_queued - at) / max(1, len(written))
+            self._words += [
+                TurnWord(word, _ms(at + (index + 1) * step), spoken.round, spoken.filler)
+                for index, word in enumerate(written)
+            ]
 
 
 # How long a pause after the preamble's audio may last while a tool still runs before the filler
@@ -576,12 +638,28 @@ class _Said:
     in_round: int = 0
     running: set[str] = field(default_factory=set)
     filled: bool = False  # this round's filler was spoken
+    round: int = 0  # the answer's rounds: one model message each (its tool calls end a round)
 
     def tool_ended(self, tool_use_id: str) -> None:
         self.running.discard(tool_use_id)
         if not self.running:
             self.in_round = 0  # the answer to the results starts a new round
             self.filled = False
+            self.round += 1
+
+
+@dataclass(frozen=True)
+class _Spoken:
+    """What a speech request says, for the words it is timed with."""
+
+    text: str
+    round: int
+    filler: bool
+
+
+def _ms(samples: float) -> float:
+    """Samples of 24 kHz audio as milliseconds (0.1 ms: finer than any word boundary)."""
+    return round(samples * 1000 / SAMPLE_RATE, 1)
 
 
 class _WholeAnswer:

@@ -22,3 +22,7 @@ class WorkerJob(BaseModel):
     callback_url: str
     audio: AudioDelivery = "binary"
     text_deltas: TextDeltas = "live"
+    word_timings: bool = True  # words frames for the turn's audio
+    # The turn this one cancelled (a barge-in): its history is waited for (briefly) before
+    # this turn reads the history, so the answer knows what the listener heard of it.
+    replaces: str | None = None

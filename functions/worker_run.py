@@ -25,10 +25,11 @@ from typing import Any
 
 from functions.adapters.llm import converse_request
 from functions.adapters.relay import Relay
-from functions.adapters.session_store import ClaimVerdict, SessionStore
+from functions.adapters.session_store import ClaimVerdict, SessionStore, SpokenExchange
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
 from functions.agent_events import AgentTurn
 from functions.agent_loop import BedrockAgent
+from functions.heard_history import heard_messages
 from functions.observability import logger
 from functions.settings import Settings
 from functions.turn import TurnOutcome, TurnRunner, TurnSpec
@@ -125,9 +126,7 @@ class HeadStart:
         store = adapters.store
         reading = None
         if job.mode != "speak":
-            reading = asyncio.create_task(
-                asyncio.to_thread(store.get_connection, job.connection_id)
-            )
+            reading = asyncio.create_task(_history_after(job, store))
         return cls(asyncio.create_task(adapters.speech_sessions.acquire()), reading)
 
     async def discard(self, sessions: KeptSpeechSession) -> None:
@@ -139,6 +138,31 @@ class HeadStart:
             await sessions.release(self.acquiring.result().session, reusable=True)
         except Exception as error:
             logger.warning("an unused speech session could not be given back", error=repr(error))
+
+
+# How long a barge-in's turn waits for the turn it cancelled to keep its history (the old worker
+# sees the cancel within its 100 ms poll, then writes): past it, the answer goes without.
+REPLACED_HISTORY_WAIT_SECONDS = 1.5
+REPLACED_HISTORY_POLL_SECONDS = 0.05
+
+
+async def _history_after(job: WorkerJob, store: SessionStore) -> Any:
+    """The connection record, read once the turn this one replaced has kept its history (its
+    worker keeps it before it records the turn's end): the answer to a barge-in must know
+    what the listener heard of the answer it cut. Bounded: a worker that died keeps nothing."""
+    if job.replaces is not None:
+        deadline = time.monotonic() + REPLACED_HISTORY_WAIT_SECONDS
+        while time.monotonic() < deadline:
+            turn = await asyncio.to_thread(store.get_turn, job.connection_id, job.replaces)
+            if (
+                turn is None
+                or "ended_at" in turn
+                or turn.get("mode") == "speak"  # a speak turn keeps no history
+                or "claimed_by" not in turn  # no worker took it: none will keep anything
+            ):
+                break
+            await asyncio.sleep(REPLACED_HISTORY_POLL_SECONDS)
+    return await asyncio.to_thread(store.get_connection, job.connection_id)
 
 
 def seed_baseline(settings: Settings) -> dict[str, Any]:
@@ -175,7 +199,10 @@ async def run_claimed(
         except Exception as error:
             raise _NotStarted from error
         settings = adapters.settings
-        spec = TurnSpec(job.turn_id, job.turn, job.mode, job.accepted_at, job.voice, job.speed)
+        spec = TurnSpec(
+            job.turn_id, job.turn, job.mode, job.accepted_at, job.voice, job.speed,
+            job.word_timings,
+        )  # fmt: skip
         runner = TurnRunner(
             spec, relay, speech, stop.event, agent=agent, text=job.text,
             stop_failure=lambda: stop.failure,
@@ -191,12 +218,16 @@ async def run_claimed(
             guard.cancel()
         await asyncio.gather(*guards, return_exceptions=True)
         ready = await _hand_back(adapters.speech_sessions, acquiring, speech, outcome, runner)
+    # The history before the turn's end is recorded (a barge-in's turn waits for that end to
+    # read it) and before the turn_end (a client may ask again the moment it hears the end).
+    heard = await _leave_behind(job, store, outcome)
     final = await _record_end(job, store, invocation, outcome, relay)
     if final != outcome.status:  # cancelled while it ended: the record has the last word
         outcome.status = final  # type: ignore[assignment]
-    # The history before the turn_end: a client may ask again the moment it hears the end,
-    # and that turn must find this one in the history it reads.
-    await _leave_behind(job, store, outcome, final)
+        if heard is None and final == "cancelled" and job.mode != "speak":
+            # The cancel came after the history was kept whole: cut it now, as the route would.
+            heard = await _heard(job, store, outcome)
+            await _cut_late(job, store, heard)
     await runner.tell_end(outcome)
     await relay.close()
     publish_turn_metrics(final, outcome.timings, ready)
@@ -207,6 +238,10 @@ async def run_claimed(
         timings=outcome.timings.model_dump(),
         speech_session=ready.origin if ready else None,
         speech_session_ready_ms=ready.ready_ms if ready else None,
+        # A cut turn: how much of it the history keeps, and whether the client said so or the
+        # worker estimated it (time since its first audio frame, at most the audio sent).
+        heard_ms=heard.ms if heard else None,
+        heard_from=heard.source if heard else None,
         **_relay_counts(relay),
     )
     return final
@@ -268,28 +303,68 @@ async def _record_end(
         return outcome.status
 
 
-async def _leave_behind(
-    job: WorkerJob, store: SessionStore, outcome: TurnOutcome, final: str
-) -> None:
-    """What a turn leaves for later: a connection known gone, the exchange in the history.
+@dataclass(frozen=True)
+class Heard:
+    """How much of a cut turn's audio the listener heard, in ms, and who says so: ``client``
+    (the cancel's or the barge-in's ``heard_ms``) or ``estimate`` (the worker's)."""
 
-    A complete answer is kept with its tool calls. A turn cut short is kept only if it called
-    tools: the calls, their results (``cancelled`` ones among them) and nothing of an unfinished
-    answer, so the model knows what it already did and the history stays valid."""
+    ms: float
+    source: str
+
+
+async def _heard(job: WorkerJob, store: SessionStore, outcome: TurnOutcome) -> Heard:
+    """What the client said it heard (written on the turn's record with the cancel), else the
+    worker's estimate; never more than the audio the turn sent."""
+    record = await asyncio.to_thread(store.get_turn, job.connection_id, job.turn_id)
+    given = record.get("heard_ms") if record else None
+    if given is not None:
+        return Heard(min(float(given), outcome.audio_ms), "client")
+    return Heard(outcome.heard_estimate_ms, "estimate")
+
+
+async def _leave_behind(job: WorkerJob, store: SessionStore, outcome: TurnOutcome) -> Heard | None:
+    """What a turn leaves for later: a connection known gone, the exchange in the history.
+    Returns what was heard of a turn cut short (None: not cut).
+
+    A complete answer is kept with its tool calls and its words (a client may still say it
+    heard less: ``SessionStore.cut_to_heard``). A cancelled one (a cancel, a barge-in) is kept
+    as heard: its tool calls and results (``cancelled`` ones among them), each round's words
+    heard, and a mark that the user interrupted (``functions.heard_history``). A failed one is
+    kept only if it called tools, closed, so the model knows what it already did."""
+    heard: Heard | None = None
     try:
         if outcome.gone:
             await asyncio.to_thread(store.mark_gone, job.connection_id)
+        if job.mode == "speak":
+            return None
+        spoken = SpokenExchange(job.turn_id, job.turn, 0, outcome.words)
+        messages = outcome.messages
+        if outcome.status == "cancelled":
+            heard = await _heard(job, store, outcome)
+            messages = heard_messages(messages, outcome.words, heard.ms)
+            spoken.cut = True
         called_tools = any(
-            "toolUse" in block for message in outcome.messages for block in message["content"]
+            "toolUse" in block for message in messages for block in message["content"]
         )
-        answered = final == "complete" and bool(outcome.answer.strip())
-        if job.mode != "speak" and (answered or called_tools):
+        answered = outcome.status == "complete" and bool(outcome.answer.strip())
+        if answered or called_tools or heard is not None:
             await asyncio.to_thread(
                 store.append_history, job.connection_id, job.prompt or "", outcome.answer,
-                outcome.messages,
+                messages, spoken,
             )  # fmt: skip
     except Exception:  # the turn itself is over and told; the next one has less context
         logger.exception("the turn's history could not be kept")
+        publish_count("HistoryWritesFailed")
+    return heard
+
+
+async def _cut_late(job: WorkerJob, store: SessionStore, heard: Heard) -> None:
+    try:
+        await asyncio.to_thread(
+            store.cut_to_heard, job.connection_id, heard.ms, job.turn_id
+        )  # fmt: skip
+    except Exception:
+        logger.exception("the turn's history could not be cut to what was heard")
         publish_count("HistoryWritesFailed")
 
 

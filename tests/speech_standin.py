@@ -55,6 +55,21 @@ class ToneEngine:
     def synthesize_stream(self, text: str, voice: str, speed: float):
         yield self.synthesize(text, voice, speed)
 
+    def synthesize_timed(self, text: str, voice: str, speed: float, *, streamed: bool):
+        """The chunk's words, spread evenly over its tone (samples from the start of the
+        chunk's audio), before the tone: what the real engines give the synthesis layer, which
+        moves them onto the request's audio and sends the ``words`` frame."""
+        from speech_server.word_timings import SpokenWord
+
+        audio = self.synthesize(text, voice, speed)
+        written = text.split()
+        step = len(audio) / max(1, len(written))
+        yield [
+            SpokenWord(word, round(index * step), round((index + 1) * step))
+            for index, word in enumerate(written)
+        ]
+        yield audio
+
 
 @dataclass
 class SpeechProcess:

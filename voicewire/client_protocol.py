@@ -5,12 +5,13 @@ Client -> server: JSON text frames, routed on ``action`` (API Gateway's
 
     {"action": "ask", "prompt": "What is Kokoro?", "mode": "bidi", "voice": "af_heart"}
     {"action": "speak", "text": "Hello there."}
-    {"action": "cancel", "turn_id": "t-1"}
+    {"action": "cancel", "turn_id": "t-1", "heard_ms": 2350}
     {"action": "voices"}
+    {"action": "history"}
 
-Server -> client: JSON control frames (``turn_start``, ``text_delta``, ``sentence``,
-``turn_end``, ``error``, and ``voices`` answering that action) and binary audio frames with a
-9-byte header::
+Server -> client: JSON control frames (``turn_start``, ``text_delta``, ``sentence``, ``words``,
+``turn_end``, ``error``, and ``voices`` and ``history`` answering those actions) and binary
+audio frames with a 9-byte header::
 
     byte 0      0xA1 (audio frame, protocol v1; never "{")
     bytes 1-4   turn number, uint32 big-endian (the ``turn`` of ``turn_start``)
@@ -27,11 +28,12 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import re
 import struct
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from pydantic_core import PydanticCustomError
 
 from voicewire.error_codes import ErrorCode, ProtocolError
@@ -75,14 +77,36 @@ class _Action(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+def _check_heard_ms(cls: type, value: object) -> float | None:
+    """The client's playback position in the interrupted turn's audio: a finite number >= 0.
+    One code for every bad value (a string, a boolean, a negative number, or a NaN from a
+    lenient parser), checked before pydantic coerces anything."""
+    if value is None:
+        return None
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if number is None or not math.isfinite(number) or number < 0:
+        raise PydanticCustomError(
+            ErrorCode.INVALID_HEARD_MS.value,
+            "heard_ms must be a number of milliseconds >= 0, not {value}",
+            {"value": shown(value)},
+        )
+    return float(number)
+
+
 class _SpeechOptions(_Action):
     voice: str | None = None
     speed: float = Field(default=1.0, strict=True)
     turn_id: str | None = None
+    # A barge-in's word on the turn it interrupts: how much of its audio was heard (ms).
+    heard_ms: float | None = None
+    # ``words`` frames for this turn's audio (on by default; the speech server is then asked
+    # for its word timings).
+    word_timings: StrictBool = True
 
     _speed = field_validator("speed")(lambda cls, speed: speed_in_range(speed))
     _voice = field_validator("voice")(lambda cls, voice, info: known_voice(voice, info))
     _turn_id = field_validator("turn_id")(_check_turn_id)
+    _heard_ms = field_validator("heard_ms", mode="before")(_check_heard_ms)
 
 
 TextDeltas = Literal["live", "sentence"]
@@ -147,8 +171,11 @@ class CancelAction(_Action):
 
     action: Literal["cancel"]
     turn_id: str | None = None
+    # How much of the turn's audio the client played (ms): the agent remembers only that much.
+    heard_ms: float | None = None
 
     _turn_id = field_validator("turn_id")(_check_turn_id)
+    _heard_ms = field_validator("heard_ms", mode="before")(_check_heard_ms)
 
 
 class VoicesAction(_Action):
@@ -157,12 +184,19 @@ class VoicesAction(_Action):
     action: Literal["voices"]
 
 
-ClientAction = AskAction | SpeakAction | CancelAction | VoicesAction
+class HistoryAction(_Action):
+    """Show what the agent will remember of this connection's conversation."""
+
+    action: Literal["history"]
+
+
+ClientAction = AskAction | SpeakAction | CancelAction | VoicesAction | HistoryAction
 _ACTIONS: dict[str, type[_Action]] = {
     "ask": AskAction,
     "speak": SpeakAction,
     "cancel": CancelAction,
     "voices": VoicesAction,
+    "history": HistoryAction,
 }
 # The route keys of the WebSocket API: API Gateway routes on them (stacks/voice_api.py) and so
 # does the local gateway; anything else goes to $default.
@@ -183,7 +217,7 @@ def parse_action(body: str | None, voices: frozenset[str] | None = None) -> Clie
     if model is None:
         raise ProtocolError(
             ErrorCode.UNKNOWN_ACTION,
-            f"unknown action {shown(action)}; expected 'ask', 'speak', 'cancel' or 'voices'",
+            f"unknown action {shown(action)}; expected one of: {', '.join(CLIENT_ACTIONS)}",
             turn_id,
         )
     missing = {"prompt": ErrorCode.MISSING_PROMPT, "text": ErrorCode.MISSING_TEXT}
@@ -223,6 +257,24 @@ class Sentence(BaseModel):
     turn_id: str
     index: int
     text: str
+
+
+class WordTiming(BaseModel):
+    """A written word and when it is spoken, ``[start_ms, end_ms)``: milliseconds from the start
+    of the turn's audio (all its audio frames, concatenated)."""
+
+    text: str
+    start_ms: float
+    end_ms: float
+
+
+class Words(BaseModel):
+    """The words of one speech request of the turn (a sentence, a filler, a batch answer), sent
+    no later than the first audio frame they describe."""
+
+    type: Literal["words"] = "words"
+    turn_id: str
+    words: list[WordTiming]
 
 
 ToolStatus = Literal["ok", "error", "timeout", "cancelled"]
@@ -299,8 +351,33 @@ class VoiceList(BaseModel):
         return cls(default_voice=default_voice(names), voices=described)
 
 
+class RememberedMessage(BaseModel):
+    """One message of the history as a person reads it: tool calls and results left out."""
+
+    role: Literal["user", "assistant"]
+    text: str
+    # An answer the listener cut short: ``text`` is only what they heard (maybe nothing).
+    interrupted: bool = False
+
+
+class HistoryFrame(BaseModel):
+    """The answer to ``history``: what the agent will remember, oldest first."""
+
+    type: Literal["history"] = "history"
+    messages: list[RememberedMessage]
+
+
 ControlFrame = (
-    TurnStart | TextDelta | Sentence | ToolStart | ToolEnd | TurnEnd | ClientError | VoiceList
+    TurnStart
+    | TextDelta
+    | Sentence
+    | Words
+    | ToolStart
+    | ToolEnd
+    | TurnEnd
+    | ClientError
+    | VoiceList
+    | HistoryFrame
 )
 
 

@@ -46,6 +46,7 @@ class ErrorCode(StrEnum):
     STATE_UNAVAILABLE = "state_unavailable"
     TOO_MANY_TURNS = "too_many_turns"
     SPEECH_LIMIT_REACHED = "speech_limit_reached"
+    INVALID_HEARD_MS = "invalid_heard_ms"
 
 
 class ProtocolError(Exception):

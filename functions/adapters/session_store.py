@@ -29,6 +29,7 @@ from botocore.exceptions import ClientError
 
 from functions.adapters.llm import closed
 from functions.adapters.session_table import TTL_ATTRIBUTE
+from functions.heard_history import TurnWord, heard_messages
 from voicewire.client_protocol import AudioDelivery, Timings
 
 CONNECTION = "connection"
@@ -108,6 +109,35 @@ class ConnectionRecord:
     turn_counter: int
     history: list[dict[str, Any]] = field(default_factory=list)
     history_version: int = 0
+    # The last exchange the history keeps, as spoken: what a later ``heard_ms`` cuts it to.
+    last_spoken: SpokenExchange | None = None
+
+
+@dataclass
+class SpokenExchange:
+    """The history's last exchange as the listener was sent it: its turn, its messages after
+    the prompt (the last ``count`` of the history) and its words. A client that plays audio
+    may say how much it heard after the worker has ended the turn (bidi's audio arrives faster
+    than it plays); the cut is then made here. ``cut``: it was made already (once per turn)."""
+
+    turn_id: str
+    turn: int
+    count: int
+    words: list[TurnWord]
+    cut: bool = False
+
+    def stored(self) -> dict[str, Any]:
+        return {
+            "turn_id": self.turn_id, "turn": self.turn, "count": self.count,
+            "words": [word.stored() for word in self.words], "cut": self.cut,
+        }  # fmt: skip
+
+    @classmethod
+    def from_stored(cls, item: dict[str, Any]) -> SpokenExchange:
+        return cls(
+            str(item["turn_id"]), int(item["turn"]), int(item["count"]),
+            [TurnWord.from_stored(word) for word in item.get("words", [])], bool(item["cut"]),
+        )  # fmt: skip
 
 
 @dataclass
@@ -315,6 +345,7 @@ class SessionStore:
             int(item.get("turn_counter", 0)),
             _from_item_value(list(item.get("history", []))),
             int(item.get("history_version", 0)),
+            SpokenExchange.from_stored(item["last_spoken"]) if "last_spoken" in item else None,
         )
 
     def mark_gone(self, connection_id: str) -> str | None:
@@ -441,9 +472,21 @@ class SessionStore:
         item = self.get_turn(connection_id, turn_id)
         return None if item is None else str(item["status"])
 
-    def cancel_turn(self, connection_id: str, turn_id: str) -> bool:
-        """Cancel a turn that is still starting or running; False if it had already ended."""
-        return self._set_status(connection_id, turn_id, "cancelled", expect=("starting", "running"))
+    def cancel_turn(self, connection_id: str, turn_id: str, heard_ms: float | None = None) -> bool:
+        """Cancel a turn that is still starting or running; False if it had already ended.
+        ``heard_ms``: how much of its audio the client played, written with the cancel for the
+        turn's worker, which keeps only that much in the history."""
+        if heard_ms is None:
+            return self._set_status(
+                connection_id, turn_id, "cancelled", expect=("starting", "running")
+            )
+        cancelled = self._update(
+            connection_id, TURN_PREFIX + turn_id, "SET #status = :status, heard_ms = :heard",
+            {":status": "cancelled", ":heard": heard_ms, ":starting": "starting",
+             ":running": "running"},
+            "#status IN (:starting, :running)", {"#status": "status"},
+        )  # fmt: skip
+        return cancelled is not None
 
     def claim_turn(
         self, connection_id: str, turn_id: str, claimant: str, lease_seconds: float,
@@ -589,13 +632,15 @@ class SessionStore:
         prompt: str,
         answer: str,
         messages: list[dict[str, Any]] | None = None,
+        spoken: SpokenExchange | None = None,
     ) -> bool:
         """Add a question and its answer to the history kept for follow-ups, bounded by
         ``HISTORY_MESSAGES`` and ``HISTORY_MAX_BYTES``. ``messages``: the agent's messages
         after the prompt (its tool calls, their results, the answer), kept instead of
         ``answer`` alone. Concurrent appends are serialized by a version check (read, then
         write only if nobody wrote in between; else read again), so none is lost. False if the
-        connection is gone from the table."""
+        connection is gone from the table. ``spoken``: the exchange's turn and words, kept
+        for a later cut (``cut_to_heard``); its ``count`` is set here."""
         budget = HISTORY_MAX_BYTES // 2  # one exchange never takes more than half the budget
         question = {"role": "user", "content": [{"text": _clipped(prompt, budget // 4)}]}
         if messages:
@@ -604,20 +649,79 @@ class SessionStore:
         else:
             answered = {"role": "assistant", "content": [{"text": _clipped(answer, budget // 2)}]}
             exchange = [question, answered]
+        if spoken is not None:
+            spoken.count = len(closed(exchange)) - 1
+        return self._write_history(
+            connection_id, lambda record: _joined(record.history, exchange), spoken
+        )
+
+    def cut_to_heard(
+        self,
+        connection_id: str,
+        heard_ms: float,
+        turn_id: str | None = None,
+        turn: int | None = None,
+    ) -> bool:
+        """Cut the history's last exchange to the words heard in its first ``heard_ms`` of
+        audio, if it is the turn named (by ``turn_id`` or its number ``turn``) and was not cut
+        before. True if the turn is that exchange's (cut now, or heard whole)."""
+        record = self.get_connection(connection_id)
+        spoken = record.last_spoken if record is not None else None
+        if spoken is None or spoken.cut:
+            return False
+        if (turn_id is not None and spoken.turn_id != turn_id) or (
+            turn is not None and spoken.turn != turn
+        ):
+            return False
+        spoken.cut = True
+        if all(word.filler or word.end_ms <= heard_ms for word in spoken.words):
+            return True  # heard to its end: nothing to cut
+        count = spoken.count
+
+        def cut(record: ConnectionRecord) -> list[dict[str, Any]] | None:
+            latest = record.last_spoken
+            if latest is None or latest.turn_id != spoken.turn_id or latest.cut:
+                return None  # a newer exchange, or another cut, came first
+            if len(record.history) <= count:
+                return None
+            kept, messages = record.history[:-count], record.history[-count:]
+            return [*kept, *heard_messages(messages, spoken.words, heard_ms)]
+
+        return self._write_history(connection_id, cut, spoken)
+
+    def _write_history(
+        self,
+        connection_id: str,
+        change: Any,
+        spoken: SpokenExchange | None,
+    ) -> bool:
+        """Write ``change(record)`` as the history (bounded), and ``spoken`` as its last
+        exchange, if nobody wrote in between (else read again). ``change`` returning None: no
+        write. False if the connection is gone or nothing was written."""
         for _ in range(HISTORY_WRITE_ATTEMPTS):
             record = self.get_connection(connection_id)
             if record is None:
                 return False
-            history = bounded_history(_joined(record.history, exchange))
+            changed = change(record)
+            if changed is None:
+                return False
+            history = bounded_history(changed)
+            values = {
+                ":history": _to_item_value(history),
+                ":next": record.history_version + 1,
+                ":seen": record.history_version,
+            }
+            update = "SET history = :history, history_version = :next"
+            if spoken is not None:
+                values[":spoken"] = _to_item_value(spoken.stored())
+                update += ", last_spoken = :spoken"
+            else:
+                update += " REMOVE last_spoken"
             written = self._update(
                 connection_id,
                 CONNECTION,
-                "SET history = :history, history_version = :next",
-                {
-                    ":history": _to_item_value(history),
-                    ":next": record.history_version + 1,
-                    ":seen": record.history_version,
-                },
+                update,
+                values,
                 "history_version = :seen"
                 if record.history_version
                 else "attribute_not_exists(history_version) OR history_version = :seen",

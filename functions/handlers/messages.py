@@ -1,4 +1,5 @@
-"""The message routes ``ask``, ``speak``, ``cancel`` and ``$default``: validate, record, hand off.
+"""The message routes ``ask``, ``speak``, ``cancel``, ``voices``, ``history`` and ``$default``:
+validate, record, hand off.
 
 A new turn is written with conditional writes (which also cancels the connection's active turn:
 barge-in), then the worker is invoked asynchronously (``InvocationType="Event"``) so this function
@@ -19,6 +20,7 @@ from pydantic import BaseModel
 
 from functions.adapters.session_store import ConnectionClosed, DuplicateTurn
 from functions.events import MessageEvent
+from functions.heard_history import remembered
 from functions.observability import logger
 from functions.wiring import Adapters, current_adapters
 from functions.worker_job import WorkerJob
@@ -26,6 +28,8 @@ from voicewire.aws_domains import dns_suffix
 from voicewire.client_protocol import (
     AskAction,
     CancelAction,
+    HistoryAction,
+    HistoryFrame,
     SpeakAction,
     Timings,
     TurnEnd,
@@ -95,12 +99,23 @@ def handle_message(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
         case VoicesAction():
             voices = adapters.settings.voices or frozenset(OFFICIAL_VOICES)
             tell(adapters, url, connection_id, [VoiceList.of(voices)])
+        case HistoryAction():
+            connection = adapters.store.get_connection(connection_id)
+            history = connection.history if connection else []
+            tell(adapters, url, connection_id, [HistoryFrame(messages=remembered(history))])
     return OK
 
 
 def cancel(adapters: Adapters, url: str, connection_id: str, action: CancelAction) -> None:
     connection = adapters.store.get_connection(connection_id)
     active = connection.active_turn_id if connection else None
+    if active is None and action.heard_ms is not None and connection is not None:
+        # The turn ended here while its audio still played there (bidi's audio arrives faster
+        # than it plays): the cancel still says how much was heard, and the history keeps that.
+        turn = None if action.turn_id is not None else connection.turn_counter
+        if adapters.store.cut_to_heard(connection_id, action.heard_ms, action.turn_id, turn):
+            logger.info("history cut to what was heard", heard_ms=action.heard_ms)
+            return
     if active is None or (action.turn_id is not None and action.turn_id != active):
         named = f"turn {action.turn_id!r}" if action.turn_id else "a turn"
         send_error(
@@ -108,8 +123,8 @@ def cancel(adapters: Adapters, url: str, connection_id: str, action: CancelActio
             f"{named} is not running on this connection", action.turn_id,
         )  # fmt: skip
         return
-    adapters.store.cancel_turn(connection_id, active)
-    logger.info("turn cancelled by the client", turn_id=active)
+    adapters.store.cancel_turn(connection_id, active, action.heard_ms)
+    logger.info("turn cancelled by the client", turn_id=active, heard_ms=action.heard_ms)
 
 
 def refuse_over_limit(
@@ -165,8 +180,17 @@ def start_turn(
             "the session state could not be written; the turn was not started", action.turn_id,
         )  # fmt: skip
         return
-    if replaced is not None and adapters.store.cancel_turn(connection_id, replaced):
-        logger.info("barge-in: previous turn cancelled", turn_id=replaced)
+    heard_ms = action.heard_ms
+    if replaced is not None and adapters.store.cancel_turn(connection_id, replaced, heard_ms):
+        logger.info("barge-in: previous turn cancelled", turn_id=replaced, heard_ms=heard_ms)
+    else:
+        replaced = None  # nothing cancelled: no worker will keep a history to wait for
+        if heard_ms is not None and adapters.store.cut_to_heard(
+            connection_id, heard_ms, turn=turn.turn - 1
+        ):
+            # The turn before ended here but still played there: before this turn's worker
+            # reads the history.
+            logger.info("barge-in: history cut to what was heard", heard_ms=heard_ms)
     if turn.status != "running":
         # Cancelled while it was being recorded (a cancel, a newer turn, a disconnect handled
         # at the same time): no worker runs it, and the client hears that it ended.
@@ -190,6 +214,8 @@ def start_turn(
         callback_url=url,
         audio=turn.audio,
         text_deltas=action.text_deltas if isinstance(action, AskAction) else "live",
+        word_timings=action.word_timings,
+        replaces=replaced,
     )
     try:
         adapters.lambda_client.invoke(
