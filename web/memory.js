@@ -37,7 +37,7 @@ export class Memory {
   /** An error that refuses our history action (an API from before it): the panel says so, and
    * the page stops asking. True when the error was that (the page then shows nothing else). */
   refused(frame) {
-    const ours = frame.code === "unknown_action" && /history/.test(frame.message || "");
+    const ours = frame.code === "unknown_action" && /action\W+history\b/.test(frame.message || "");
     if (!ours || this.pending === 0) return false;
     this.unsupported = true;
     this.pending = 0;

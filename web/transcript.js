@@ -181,9 +181,10 @@ export function renderText(element, turnText, follower = null) {
     }
   }
   const words = follower ? locateWords(text, follower.words) : [];
+  const cutAt = follower && follower.cutMs !== null ? cutOffset(text, words, follower) : null;
   const parts = [];
   let at = 0;
-  const run = new Run(text, words);
+  const run = new Run(text, words, cutAt, follower && follower.cutMs);
   for (const { index, from, to } of located) {
     run.into(parts, at, from);
     const span = sentenceSpan(index);
@@ -193,18 +194,36 @@ export function renderText(element, turnText, follower = null) {
   }
   run.into(parts, at, text.length);
   element.replaceChildren(...parts);
-  if (follower && follower.cutMs !== null) markCut(element, follower, words);
   renders += 1;
 }
 
-/** The text between sentence marks, or inside one, with the timed words in it as spans. A word
+/** Where, in the shown text, the listener stopped hearing: before the first timed word not
+ * heard, else after the last one heard (and its closing marks). Null when no timed word is in
+ * the text: without timings the page cannot tell. Text past it was never heard, timed or not
+ * (bidi writes ahead of the voice: the sentences after the cut were never spoken). */
+function cutOffset(text, words, follower) {
+  const heard = follower.heardCount(follower.cutMs);
+  const first = words.find((word) => word.index >= heard);
+  if (first) return first.from;
+  const last = words.at(-1);
+  if (!last) return null;
+  let end = last.to;
+  while (end < text.length && TRAILING.test(text[end])) end += 1;
+  return end;
+}
+
+/** The text between sentence marks, or inside one, with the timed words in it as spans; at a
+ * cut, the mark where the listener stopped hearing, and what follows it as unheard. A word
  * that would straddle a sentence's edge (not expected: words are timed within a chunk) stays
  * plain text. */
 class Run {
-  constructor(text, words) {
+  constructor(text, words, cutAt, cutMs) {
     this.text = text;
     this.words = words;
     this.next = 0; // the first word not placed yet
+    this.cutAt = cutAt; // null: not cut
+    this.cutMs = cutMs;
+    this.marked = false;
   }
 
   into(target, from, to) {
@@ -215,49 +234,62 @@ class Run {
     while (this.next < words.length && words[this.next].to <= to) {
       const word = words[this.next];
       this.next += 1;
-      if (word.from > cursor) add(document.createTextNode(text.slice(cursor, word.from)));
+      this.plain(add, cursor, word.from);
       const span = document.createElement("span");
       span.className = "word";
       span.dataset.word = String(word.index);
       span.textContent = text.slice(word.from, word.to);
+      if (this.cutAt !== null && word.from >= this.cutAt) {
+        this.mark(add);
+        span.classList.add("unheard");
+      }
       add(span);
       cursor = word.to;
     }
-    if (to > cursor) add(document.createTextNode(text.slice(cursor, to)));
+    this.plain(add, cursor, to);
+  }
+
+  /** Text [from, to) outside the words: split at the cut, the part after it unheard. */
+  plain(add, from, to) {
+    if (to <= from) return;
+    const cutAt = this.cutAt;
+    if (cutAt === null || to <= cutAt) {
+      add(document.createTextNode(this.text.slice(from, to)));
+      return;
+    }
+    if (from < cutAt) add(document.createTextNode(this.text.slice(from, cutAt)));
+    this.mark(add);
+    const span = document.createElement("span");
+    span.className = "unheard";
+    span.textContent = this.text.slice(Math.max(from, cutAt), to);
+    add(span);
+  }
+
+  /** The mark where the listener stopped hearing, once. Its words are in CSS (::after), so
+   * the text read or copied stays the answer's. */
+  mark(add) {
+    if (this.marked) return;
+    this.marked = true;
+    const mark = document.createElement("span");
+    mark.className = "cut-mark";
+    mark.setAttribute("role", "separator");
+    mark.setAttribute("aria-label", `the listener stopped hearing here, at ${this.cutMs} ms`);
+    mark.dataset.heardMs = String(this.cutMs);
+    add(mark);
   }
 }
 
-/** The mark where the listener stopped hearing: after the last word heard (before the first
- * one, when none was). Its words are in CSS (::after), so the text copied stays the answer's. */
-function markCut(element, follower, words) {
-  if (!words.length) return;
-  const heard = follower.heardCount(follower.cutMs);
-  const mark = document.createElement("span");
-  mark.className = "cut-mark";
-  mark.setAttribute("role", "separator");
-  mark.setAttribute("aria-label", `the listener stopped hearing here, at ${follower.cutMs} ms`);
-  mark.dataset.heardMs = String(follower.cutMs);
-  const last = words.findLast((word) => word.index < heard);
-  const span = (word) => element.querySelector(`.word[data-word="${word.index}"]`);
-  if (last) span(last).after(mark);
-  else span(words[0]).before(mark);
-}
-
-/** Mark, in a rendered text, the word heard at stream position ms (speaking), and once the
- * turn was cut, the words never heard (unheard). Cheap when nothing changed: once a frame. */
+/** Mark, in a rendered text, the word heard at stream position ms (none once the turn was
+ * cut: renderText marks the cut). Cheap when nothing changed: it runs once a frame. */
 export function followWords(element, follower, ms) {
-  const cut = follower.cutMs !== null;
-  const at = cut ? follower.cutMs : ms;
-  const speaking = cut ? -1 : follower.wordAt(at);
-  const heard = follower.heardCount(at);
-  const key = `${renders}:${speaking}:${heard}:${cut}`;
+  const speaking = follower.cutMs !== null ? -1 : follower.wordAt(ms);
+  const key = `${renders}:${speaking}`;
   if (element.dataset.followed === key) return;
   element.dataset.followed = key;
   let shown = null;
   for (const span of element.querySelectorAll(".word")) {
     const index = Number(span.dataset.word);
     span.classList.toggle("speaking", index === speaking);
-    span.classList.toggle("unheard", cut && index >= heard);
     if (index === speaking) shown = span;
   }
   if (shown) keepInView(element, shown);

@@ -17,6 +17,8 @@ export function wasHeard(word, heardMs) {
   return (word.start + word.end) / 2 <= heardMs;
 }
 
+export const HOLD_MS = 400;
+
 export class WordFollower {
   constructor() {
     this.words = []; // {text, start, end}: ms of the turn's audio stream, in stream order
@@ -71,10 +73,13 @@ export class WordFollower {
     return this.cutMs;
   }
 
-  /** The index of the word being spoken at stream ms, or -1 (a pause, before, after). */
+  /** The index of the word being heard at stream ms, or -1 (before the first, or a long
+   * pause). A word stays marked through the short pause after it (HOLD_MS, longer than the
+   * pause after a sentence) until the next one starts: a mark that blinks off between words is
+   * harder to follow than one that steps from word to word. */
   wordAt(ms) {
     const index = this.lastStartedBy(ms);
-    return index >= 0 && ms < this.words[index].end ? index : -1;
+    return index >= 0 && ms < this.words[index].end + HOLD_MS ? index : -1;
   }
 
   /** How many words, from the first, were heard by stream ms (wasHeard). */
