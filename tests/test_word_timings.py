@@ -311,3 +311,22 @@ def test_the_torch_engine_times_words_from_pred_dur(tmp_path, monkeypatch):
     assert len(audio) == first_samples + len(second.audio.numpy())
     assert words[3].start == first_samples + int(second.pred_dur.numpy()[0]) * 600
     assert words[2].end == first_samples - int(first.pred_dur.numpy()[-1]) * 600 - 2 * 600
+
+
+def test_the_bench_check_measures_silences_between_words_not_inside_one():
+    from speech_server.word_timings import SpokenWord as Word
+    from voicewire_tools.bench.word_timing_check import boundary_errors
+
+    # Loud, a 0.2 s silence inside "$5" (espeak's own pause), loud, a 0.3 s silence, loud.
+    rate = SAMPLE_RATE
+    audio = np.concatenate([np.full(rate // 2, 0.3), np.zeros(rate // 5), np.full(rate // 2, 0.3),
+                            np.zeros(3 * rate // 10), np.full(rate // 2, 0.3)])  # fmt: skip
+    gap = int(1.2 * rate)
+    words = [
+        Word("$5", 0, gap + 2400),
+        Word("Then", gap + int(0.3 * rate) - 1200, len(audio) - 100),
+    ]
+    errors = boundary_errors(audio, words)
+    assert errors.ends == [2400] and errors.end_words == [0]  # 100 ms late; the inner pause skipped
+    assert errors.starts == [-1200]
+    assert errors.last_end == -99

@@ -22,4 +22,5 @@ BENCHMARKS = {
     "posts": "voicewire_tools.bench.posts",
     "chunker": "voicewire_tools.bench.chunker",
     "tools": "voicewire_tools.bench.tools",
+    "words": "voicewire_tools.bench.words",
 }

@@ -79,4 +79,61 @@ def recognizer_agreement(
     return Agreement(heard, inside, shifted)
 
 
-__all__ = ["RECOGNIZER_RATE", "Agreement", "normalized", "recognizer_agreement"]
+QUIET = 0.01  # the synthesis layer's silence threshold
+
+
+def quiet_spans(
+    audio: NDArray[np.floating], sample_rate: int = 24_000, at_least: float = 0.12
+) -> list[tuple[int, int]]:
+    """Spans of at least ``at_least`` seconds in which no sample is louder than ``QUIET``: the
+    audio's own silences, measured on the PCM."""
+    loud = np.append(np.abs(np.asarray(audio)) > QUIET, True)
+    spans, start = [], None
+    for index in np.flatnonzero(np.diff(np.concatenate([[True], loud]).astype(np.int8))):
+        if not loud[index]:
+            start = int(index)
+        elif start is not None:
+            if index - start >= at_least * sample_rate:
+                spans.append((start, int(index)))
+            start = None
+    return spans
+
+
+@dataclass(frozen=True)
+class BoundaryErrors:
+    """At each silence between two words: how far the first word's end and the next word's
+    start fall from the silence's edges (samples), and the last word's end from the audio's."""
+
+    ends: list[int]
+    starts: list[int]
+    last_end: int
+    end_words: list[int]  # the index of the word each of ``ends`` is
+
+
+def boundary_errors(
+    audio: NDArray[np.floating], words: Sequence[TimedWordLike], sample_rate: int = 24_000
+) -> BoundaryErrors:
+    ends, starts, end_words = [], [], []
+    for gap_start, gap_end in quiet_spans(audio, sample_rate):
+        if any(word.start < gap_start and word.end > gap_end for word in words):
+            continue  # a pause inside one written word ("$29.99": "twenty-nine. ninety-nine")
+        before = [word for word in words if word.start < gap_start]
+        after = [word for word in words if word.start >= gap_start]
+        if before and after:
+            ends.append(before[-1].end - gap_start)
+            end_words.append(len(before) - 1)
+            starts.append(after[0].start - gap_end)
+    loud = np.flatnonzero(np.abs(np.asarray(audio)) > QUIET)
+    last_end = words[-1].end - int(loud[-1]) if len(words) and loud.size else 0
+    return BoundaryErrors(ends, starts, last_end, end_words)
+
+
+__all__ = [
+    "RECOGNIZER_RATE",
+    "Agreement",
+    "BoundaryErrors",
+    "boundary_errors",
+    "normalized",
+    "quiet_spans",
+    "recognizer_agreement",
+]
