@@ -40,6 +40,7 @@ class ToneEngine:
         self.stalled = threading.Event()  # a chunk is waiting for ``release``
         self.stalled_at: float | None = None  # time.monotonic() when it began to
         self.release = threading.Event()
+        self.timed_chunks = 0  # chunks whose words were asked for (word_timings)
 
     def synthesize(self, text: str, voice: str, speed: float) -> np.ndarray:
         index, self.chunks = self.chunks, self.chunks + 1
@@ -61,6 +62,7 @@ class ToneEngine:
         moves them onto the request's audio and sends the ``words`` frame."""
         from speech_server.word_timings import SpokenWord
 
+        self.timed_chunks += 1
         audio = self.synthesize(text, voice, speed)
         written = text.split()
         step = len(audio) / max(1, len(written))

@@ -91,14 +91,17 @@ async def run_turn(
     watch=None,
     llm=None,
     tools=None,
+    word_timings: bool = True,
+    delivery: str = "binary",
     **runner_options,
 ) -> tuple[TurnOutcome, RecordingConnection, ReplayBedrockClient]:
     """``speech_opening``: an async function that returns the open session, run as a task as
     the worker does (default: a session opened before the turn starts). ``watch``: called with
     each frame's bytes as it is posted (on the posting thread). ``llm``: a ConverseStream client
     instead of the replay LLM (which is returned either way, as the third item). ``tools``: a
-    ``ToolRegistry`` the built-in agent may call. ``runner_options``: more ``TurnRunner``
-    fields (``tool_filler_seconds``, ...)."""
+    ``ToolRegistry`` the built-in agent may call. ``word_timings``: the turn's words frames;
+    ``delivery``: how its audio is posted (binary or base64 frames). ``runner_options``: more
+    ``TurnRunner`` fields (``tool_filler_seconds``, ...)."""
     client = boto3.client("apigatewaymanagementapi", endpoint_url=CALLBACK_URL)
     connection = RecordingConnection(client, gone_after=gone_after, latency=post_latency)
     cancelled = asyncio.Event()
@@ -111,7 +114,7 @@ async def run_turn(
             watch(data)
 
     connection.on_post = on_post
-    relay = Relay(connection, "conn-1", turn=3, text_flush=text_flush)
+    relay = Relay(connection, "conn-1", turn=3, delivery=delivery, text_flush=text_flush)
     replay = ReplayBedrockClient(pace=pace)
     llm = llm or replay
 
@@ -123,7 +126,7 @@ async def run_turn(
             request = converse_request("replay", [], prompt, tool_config=tools.tool_config())
             agent = BedrockAgent(llm, request, tools)
         return TurnRunner(
-            TurnSpec("turn-3", 3, mode, time.time(), voice=voice),
+            TurnSpec("turn-3", 3, mode, time.time(), voice=voice, word_timings=word_timings),
             relay,
             speech,
             cancelled,
