@@ -63,7 +63,7 @@ from stacks.pipeline_monitoring import PipelineMonitoring
 from voicewire.client_protocol import CLIENT_ACTIONS
 from voicewire.voice_catalog import OFFICIAL_VOICES
 
-ROUTES = CLIENT_ACTIONS  # ask, speak, cancel, voices
+ROUTES = CLIENT_ACTIONS  # ask, speak, cancel, voices, history
 TOKEN_QUERY_PARAMETER = "token"
 
 

@@ -366,3 +366,65 @@ def test_a_bad_heard_ms_is_a_clear_error_and_the_connection_stays_usable(make_wo
     assert frames_of(world, "history")[-1] == {"type": "history", "messages": []}
     job = world.message("ask_bidi", prompt="Hello there!", turn_id="t9")
     assert world.run_worker(job, "request-9") == {"status": "complete"}
+
+
+# --- voicewire ask ---------------------------------------------------------------------------
+
+
+def test_ask_prints_a_line_per_words_frame():
+    from voicewire.turn_client import TimedEvent
+    from voicewire_tools.commands.ask import timeline_line
+
+    frame = {"type": "words", "turn_id": "t1", "words": [
+        {"text": "Hello", "start_ms": 0.0, "end_ms": 310.5},
+        {"text": "there.", "start_ms": 310.5, "end_ms": 702.0},
+    ]}  # fmt: skip
+    line = timeline_line(TimedEvent(12.0, "words", frame))
+    assert line.split()[2:] == ["words", "Hello@0", "there.@310"]
+
+
+async def test_an_interrupted_ask_cancels_its_turn_with_the_audio_received_as_heard():
+    """What ``voicewire ask`` does on Ctrl-C (``asyncio.run`` cancels its task): a server that
+    sent 0.3 s of audio and then keeps the turn open is told heard_ms=300."""
+    import asyncio
+    import json
+    import struct
+
+    from websockets.asyncio.server import serve
+
+    from voicewire.turn_client import run_turn as ask_turn
+
+    told: list[dict] = []
+    cancelled = asyncio.Event()
+
+    async def server(websocket) -> None:
+        async for raw in websocket:
+            message = json.loads(raw)
+            if message["action"] == "cancel":
+                told.append(message)
+                cancelled.set()
+                continue
+            start = {"type": "turn_start", "turn_id": "t-7", "turn": 1, "mode": "bidi",
+                     "audio": {"delivery": "binary"}}  # fmt: skip
+            await websocket.send(json.dumps(start))
+            for seq in range(3):  # 0.1 s each
+                await websocket.send(bytes([0xA1]) + struct.pack(">II", 1, seq) + bytes(4800))
+
+    async with serve(server, "127.0.0.1", 0) as running:
+        host, port = running.sockets[0].getsockname()[:2]
+        frames: list[str] = []
+        all_audio = asyncio.Event()
+
+        def on_event(event) -> None:
+            frames.append(event.kind)
+            if frames.count("audio") == 3:
+                all_audio.set()
+
+        message = {"action": "ask", "prompt": "Hi"}
+        asking = asyncio.create_task(ask_turn(f"ws://{host}:{port}/", message, on_event))
+        await asyncio.wait_for(all_audio.wait(), 10)
+        asking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asking
+        await asyncio.wait_for(cancelled.wait(), 5)
+    assert told == [{"action": "cancel", "turn_id": "t-7", "heard_ms": 300.0}]

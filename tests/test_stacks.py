@@ -72,6 +72,7 @@ def test_the_api_has_every_route_and_only_connect_is_authorized(template):
         "speak",
         "cancel",
         "voices",
+        "history",
     }
     assert routes["$connect"]["AuthorizationType"] == "CUSTOM"
     assert all(

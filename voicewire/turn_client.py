@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import sys
 import time
@@ -29,7 +30,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from voicewire.client_protocol import decode_audio_frame
-from voicewire.speech_protocol import SAMPLE_RATE
+from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
 
 
 @dataclass
@@ -152,6 +153,11 @@ async def run_turn(
     return result
 
 
+def heard_ms_of(audio_bytes: int) -> float:
+    """Milliseconds of the turn's audio in ``audio_bytes`` of PCM (24 kHz, 16-bit)."""
+    return round(audio_bytes / SAMPLE_WIDTH / SAMPLE_RATE * 1000, 1)
+
+
 async def _follow_turn(
     address: str,
     message: dict[str, Any],
@@ -160,43 +166,65 @@ async def _follow_turn(
     deadline: float,
     on_event: Callable[[TimedEvent], None] | None,
 ) -> None:
-    """One connection: send ``message`` and collect its turn into ``result``."""
-    current_turn: int | None = None
+    """One connection: send ``message`` and collect its turn into ``result``. Cancelled
+    mid-turn (Ctrl-C), it cancels the turn, saying how much audio arrived (``heard_ms``)."""
     async with connect(address, max_size=None, open_timeout=30) as websocket:
         await websocket.send(json.dumps(message))
-        async with asyncio.timeout_at(deadline):
-            async for frame in websocket:
-                at = round((time.perf_counter() - sent) * 1000, 1)
-                if isinstance(frame, bytes):
-                    turn, seq, payload = decode_audio_frame(frame)
-                    if turn != current_turn:
-                        continue  # audio of another turn is never played
+        try:
+            await _collect(websocket, result, sent, deadline, on_event)
+        except asyncio.CancelledError:  # Ctrl-C (asyncio.run cancels the task): stop the turn
+            started = [event for event in result.events if event.kind == "turn_start"]
+            turn_id = started[-1].data["turn_id"] if started else None
+            if turn_id is not None and result.end is None:
+                # This client does not play audio: the audio received is the most that can have
+                # been heard, and the agent keeps no more than that of the answer.
+                cancel = {"action": "cancel", "turn_id": turn_id,
+                          "heard_ms": heard_ms_of(len(result.audio))}  # fmt: skip
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(websocket.send(json.dumps(cancel)), 2)
+            raise
+
+
+async def _collect(
+    websocket: Any,
+    result: TurnResult,
+    sent: float,
+    deadline: float,
+    on_event: Callable[[TimedEvent], None] | None,
+) -> None:
+    """Collect the turn's frames into ``result`` until its ``turn_end``."""
+    current_turn: int | None = None
+    async with asyncio.timeout_at(deadline):
+        async for frame in websocket:
+            at = round((time.perf_counter() - sent) * 1000, 1)
+            if isinstance(frame, bytes):
+                turn, seq, payload = decode_audio_frame(frame)
+                if turn != current_turn:
+                    continue  # audio of another turn is never played
+                result.audio += payload
+                event = TimedEvent(at, "audio", {"turn": turn, "seq": seq, "bytes": len(payload)})
+            else:
+                data = json.loads(frame)
+                kind = data.get("type", "?")
+                if kind == "audio":  # ?audio=base64 delivery
+                    if data["turn"] != current_turn:
+                        continue
+                    payload = base64.b64decode(data["data"])
                     result.audio += payload
-                    event = TimedEvent(
-                        at, "audio", {"turn": turn, "seq": seq, "bytes": len(payload)}
-                    )
-                else:
-                    data = json.loads(frame)
-                    kind = data.get("type", "?")
-                    if kind == "audio":  # ?audio=base64 delivery
-                        if data["turn"] != current_turn:
-                            continue
-                        payload = base64.b64decode(data["data"])
-                        result.audio += payload
-                        data = {"turn": data["turn"], "seq": data["seq"], "bytes": len(payload)}
-                    if kind == "turn_start":
-                        current_turn = data["turn"]
-                    event = TimedEvent(at, kind, data)
-                result.events.append(event)
-                if on_event is not None:
-                    on_event(event)
-                if event.kind == "error":
-                    result.errors.append(event.data)
-                    if current_turn is None:
-                        return  # refused before the turn started
-                if event.kind == "turn_end":
-                    result.end = event.data
-                    return
+                    data = {"turn": data["turn"], "seq": data["seq"], "bytes": len(payload)}
+                if kind == "turn_start":
+                    current_turn = data["turn"]
+                event = TimedEvent(at, kind, data)
+            result.events.append(event)
+            if on_event is not None:
+                on_event(event)
+            if event.kind == "error":
+                result.errors.append(event.data)
+                if current_turn is None:
+                    return  # refused before the turn started
+            if event.kind == "turn_end":
+                result.end = event.data
+                return
 
 
 async def list_voices(url: str, limit_seconds: float = 30) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from websockets.exceptions import InvalidStatus
 
-from voicewire.turn_client import TimedEvent, list_voices, run_turn
+from voicewire.turn_client import TimedEvent, heard_ms_of, list_voices, run_turn
 
 
 def timeline_line(event: TimedEvent) -> str:
@@ -27,6 +27,8 @@ def timeline_line(event: TimedEvent) -> str:
             what = f"#{data['index']} {data['text']}"
         case "audio":
             what = f"frame {data['seq']}, {data['bytes']:,} bytes"
+        case "words":  # each word and when it starts, in ms of the turn's audio
+            what = " ".join(f"{w['text']}@{w['start_ms']:.0f}" for w in data["words"])
         case "tool_start":
             what = f"working: {data['name']} ({data['tool_use_id']})"
             if data.get("input") is not None:
@@ -85,20 +87,24 @@ def run(args: argparse.Namespace) -> None:
     if args.prompt is None and args.speak is None:
         sys.exit("voicewire ask: give a PROMPT, --speak TEXT or --voices")
     notices: list[str] = []
+    received = [0]  # bytes of audio so far, for what Ctrl-C tells the server
+
+    def show(event: TimedEvent) -> None:
+        if event.kind == "audio":
+            received[0] += event.data["bytes"]
+        print(timeline_line(event), flush=True)
 
     def notice(line: str) -> None:  # the fallback to base64 (run_turn says why), once
         notices.append(line)
         print(f"note: {line}", flush=True)
 
     try:
-        result = asyncio.run(
-            run_turn(
-                url,
-                message_for(args),
-                lambda event: print(timeline_line(event), flush=True),
-                on_notice=notice,
-            )
-        )
+        result = asyncio.run(run_turn(url, message_for(args), show, on_notice=notice))
+    except KeyboardInterrupt:
+        # run_turn cancelled the turn, with heard_ms: the audio received, since this command
+        # does not play it. The agent remembers no more of the answer than that.
+        heard = heard_ms_of(received[0])
+        sys.exit(f"voicewire ask: interrupted; the turn was cancelled with heard_ms={heard:g}")
     except (OSError, TimeoutError) as error:
         sys.exit(f"voicewire ask: cannot reach {args.url}: {error}")
     except Exception as error:  # e.g. a refused handshake (bad token): one line, not a traceback
