@@ -174,3 +174,45 @@ def test_a_field_of_the_wrong_type_is_invalid_field_naming_it(action, field, val
 )
 def test_a_string_or_number_outside_its_set_has_its_own_code(field, value, code):
     assert refused(VALID["ask"] | {field: value}).code == code
+
+
+# --- heard_ms, word_timings, history (issue 28) ------------------------------------------------
+
+
+@pytest.mark.parametrize("action", ["ask", "speak", "cancel"])
+@pytest.mark.parametrize("heard_ms", [0, 1250, 1250.5])
+def test_heard_ms_is_a_number_of_milliseconds_from_zero(action, heard_ms):
+    parsed = parse_action(json.dumps(VALID[action] | {"heard_ms": heard_ms}), VOICES)
+    assert parsed.heard_ms == heard_ms and isinstance(parsed.heard_ms, float)
+    assert parse_action(json.dumps(VALID[action]), VOICES).heard_ms is None
+    # null is "not given", like leaving the field out
+    assert parse_action(json.dumps(VALID[action] | {"heard_ms": None}), VOICES).heard_ms is None
+
+
+@pytest.mark.parametrize("action", ["ask", "speak", "cancel"])
+@pytest.mark.parametrize("heard_ms", [-1, -0.001, "1250", True, [1], {"ms": 1}])
+def test_a_bad_heard_ms_is_invalid_heard_ms_naming_the_value(action, heard_ms):
+    error = refused(VALID[action] | {"heard_ms": heard_ms})
+    assert error.code == ErrorCode.INVALID_HEARD_MS and "heard_ms" in error.message
+    assert error.request_id == "t-1"  # the turn it was about
+
+
+def test_a_nan_or_infinite_heard_ms_is_refused_whatever_parsed_it():
+    assert refused('{"action": "cancel", "heard_ms": NaN}').code == ErrorCode.INVALID_JSON
+    for value in (float("nan"), float("inf")):  # a lenient parser's numbers, given directly
+        with pytest.raises(ValueError, match="heard_ms"):
+            CancelAction(action="cancel", heard_ms=value)
+
+
+def test_word_timings_are_on_unless_turned_off_and_must_be_a_boolean():
+    assert parse_action(json.dumps(VALID["ask"]), VOICES).word_timings is True
+    off = parse_action(json.dumps(VALID["speak"] | {"word_timings": False}), VOICES)
+    assert off.word_timings is False
+    assert refused(VALID["ask"] | {"word_timings": "no"}).code == ErrorCode.INVALID_FIELD
+
+
+def test_history_is_an_action_and_is_routed():
+    from voicewire.client_protocol import CLIENT_ACTIONS, HistoryAction
+
+    assert parse_action('{"action": "history"}') == HistoryAction(action="history")
+    assert "history" in CLIENT_ACTIONS  # API Gateway's routes and the local gateway's
