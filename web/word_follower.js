@@ -10,11 +10,11 @@
 // in the stream, plus how much of it has played. The same position, frozen at Stop or at a
 // barge-in, is the heard_ms the page sends.
 
-/** A word counts as heard once its middle has played: a word cut in its first half was not
- * understood, one cut near its end was. (What the agent keeps is the server's call: the page
- * shows the history it answers, with its own reading of the cut beside it.) */
+/** A word counts as heard once it has played whole: the rule the server keeps the history by
+ * (functions/heard_history.py), so that the transcript's cut and what the agent remembers
+ * agree. */
 export function wasHeard(word, heardMs) {
-  return (word.start + word.end) / 2 <= heardMs;
+  return word.end <= heardMs;
 }
 
 export const HOLD_MS = 400;
