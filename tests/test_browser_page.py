@@ -577,7 +577,10 @@ async def test_the_page_follows_the_voice_word_by_word_and_keeps_what_was_heard(
         await page.click("#cancel")
         after = await page.evaluate("window.voicewireStats.heardMs")
         cancel = next(m for m in reversed(sent) if m["action"] == "cancel")
-        assert before <= cancel["heard_ms"] <= before + 250 and cancel["heard_ms"] == after
+        # What played between the two readings (a click takes a moment on a loaded machine),
+        # and the same figure the page froze: not wall time, not the audio received.
+        assert before <= cancel["heard_ms"] <= before + 1500 and cancel["heard_ms"] == after
+        assert cancel["heard_ms"] <= 1000 * (await page.evaluate(STATS))["secondsScheduled"]
         assert (
             cancel["turn_id"] == next(m for m in reversed(sent) if m["action"] == "ask")["turn_id"]
         )
@@ -656,7 +659,8 @@ class ClientLinkFake:
     BEFORE_GAP_MS = 1100  # in the middle of "five"
     GAP_SECONDS = 3.0
 
-    def __init__(self) -> None:
+    def __init__(self, timed: bool = True) -> None:
+        self.timed = timed  # False: an API from before word timings (no words frames)
         self.received: list[dict] = []
         self.history: list[dict] = []
         self.server = None
@@ -741,7 +745,8 @@ class ClientLinkFake:
             {"type": "sentence", "turn_id": turn_id, "index": 0, "text": text},
             {"type": "words", "turn_id": turn_id, "words": words},
         ):  # fmt: skip
-            await websocket.send(json.dumps(frame))
+            if frame["type"] != "words" or self.timed:
+                await websocket.send(json.dumps(frame))
         tone = [int(8000 * math.sin(2 * math.pi * 220 * i / 24000)) for i in range(2400)]
         pcm = struct.pack("<2400h", *tone)  # 0.1 s, never exact silence
         total = len(self.WORDS) * self.WORD_MS // 100
@@ -814,4 +819,27 @@ async def test_the_word_heard_follows_the_audio_clock_through_an_underrun(tmp_pa
                     ["user", "What is the release plan?", False],
                     ["assistant", "One two three four", True],
                 ]
+        assert errors == []
+
+
+async def test_without_word_timings_the_sentence_is_highlighted_and_heard_ms_still_sent(tmp_path):
+    async with ClientLinkFake(timed=False) as fake:
+        site = tmp_path / "site"
+        shutil.copytree(ROOT / "web", site)
+        (site / "config.json").write_text(json.dumps({"url": fake.url, "tickets": False}))
+        errors: list[str] = []
+        with static_host(site) as host:
+            async with chromium_page(errors) as page:
+                await page.goto(f"{host.url}/")
+                await wait_open(page)
+                await page.click("#ask")
+                await page.wait_for_selector("#transcript .sentence.speaking")
+                assert await page.eval_on_selector_all("#transcript .word", "s => s.length") == 0
+                await until(page, "window.voicewireStats.heardMs >= 1099")
+                await page.click("#cancel")
+                cancel = [m for m in fake.received if m["action"] == "cancel"][-1]
+                assert cancel["heard_ms"] == 1100  # the audio clock says it, timings or not
+                # Without timings the page cannot tell which words were heard: no mark.
+                await until(page, "document.querySelector('#memory .interrupted')")
+                assert await page.query_selector("#transcript .cut-mark") is None
         assert errors == []

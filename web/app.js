@@ -168,7 +168,6 @@ let chartDirty = false; // the chart too (redrawn at most every TIMELINE_EVERY_M
 let drawnAt = 0;
 let wasPlaying = false;
 let resend = null; // a turn cut by a fallback to base64: asked again once the link reopens
-let memory = null; // the "what the agent will remember" panel (memory.js), made below
 
 const link = new Link({
   settings,
@@ -179,6 +178,14 @@ const link = new Link({
     if (resend) askAgain();
   },
   onTextFrames: fallBackToBase64,
+});
+
+// What the agent will remember: asked for after each turn, shown in its own panel.
+const memory = new Memory({
+  list: $("memory"),
+  note: $("memory-note"),
+  refresh: $("memory-refresh"),
+  ask: () => link.send({ action: "history" }),
 });
 
 // For tests and the curious: what the player did, read-only.
@@ -200,7 +207,8 @@ Object.defineProperty(window, "voicewireStats", {
       return player.playing;
     },
     // The turn shown: ms of its audio heard (live while it plays, frozen at a cut), the index
-    // of the word being heard (-1: none), and its word timings as the words frames gave them.
+    // of the word being heard (-1: none), and its word timings ({text, start, end}, in ms of
+    // its audio, from the words frames).
     get heardMs() {
       return shown ? Math.max(0, position(shown)) : null;
     },
@@ -323,8 +331,8 @@ function stop() {
   if (turn) {
     turn.stopped = true;
     // A turn the server has ended may still be playing here (bidi's audio comes faster than
-    // it plays): it is cancelled all the same, so that the server hears what was heard; its
-    // answer, unknown_turn, is expected and not shown.
+    // it plays): it is cancelled all the same, so that the server hears what was heard. It
+    // cuts the history to that and answers nothing (an older server: unknown_turn, not shown).
     link.send({ action: "cancel", turn_id: turn.id, heard_ms: heard });
     if (!turn.ended) turn.status = "stopping";
     else setTimeout(() => memory.ask(), HISTORY_AFTER_CUT_MS); // no turn_end will come
@@ -742,12 +750,6 @@ function connectNow() {
   link.connect();
 }
 
-memory = new Memory({
-  list: $("memory"),
-  note: $("memory-note"),
-  refresh: $("memory-refresh"),
-  ask: () => link.send({ action: "history" }),
-});
 loadSettings();
 $("connection-form").addEventListener("submit", (event) => {
   event.preventDefault();
