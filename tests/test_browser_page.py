@@ -2,7 +2,8 @@
 it connects by itself to the stack that served it (the stack's config.json says no ticket is
 needed), asks in bidi and in batch, hears the answer, sees where the time goes; Stop and
 barge-in; what the page says about a bad URL, a dropped connection, a ticket it needs and one
-refused.
+refused; the word being heard, what Stop says was heard (heard_ms) and what the agent will
+remember (issue 28), with the real stack and, for an underrun on cue, a fake client link.
 
 The replay LLM answers "Hello, who are you?" with its short recording (two sentences) and
 "Tell me a story" with its default one (about 4 s of text), so each turn costs little speech on
