@@ -666,3 +666,52 @@ async def test_throttled_posts_are_retried_by_the_relay_alone(stack):
     received = len(result.events)  # every frame the client got
     # Two throttled answers, each retried once by the relay; the boto3 client never retries.
     assert faults.posts - posts_before == received + 2
+
+
+@pytest.mark.parametrize("link", ["sagemaker", "websocket"])
+async def test_words_heard_ms_and_the_history_over_both_speech_links(stack, link):
+    # Real speech (Kokoro on the CPU) through the worker and either speech link: every words
+    # frame comes before the audio it times, a cancel with heard_ms cuts the turn there, and
+    # the history action answers with only the words heard, marked interrupted.
+    await asyncio.to_thread(stack.use_speech_link, link)
+    try:
+        async with connect(stack.ws_url, max_size=None) as ws:
+            await ws.send(json.dumps({"action": "speak", "text": "Warm up."}))
+            async with asyncio.timeout(60):
+                async for frame in ws:
+                    if isinstance(frame, str) and json.loads(frame)["type"] == "turn_end":
+                        break
+            await ws.send(json.dumps({"action": "ask", "prompt": "Tell me everything"}))
+            audio_ms, words, cancelled, heard = 0.0, [], False, None
+            async with asyncio.timeout(120):
+                async for frame in ws:
+                    if isinstance(frame, bytes):
+                        audio_ms += len(decode_audio_frame(frame)[2]) / 48  # 48 bytes a ms
+                        if len(words) >= 6 and not cancelled:
+                            heard = round((words[2]["end_ms"] + words[3]["end_ms"]) / 2, 1)
+                            await ws.send(json.dumps({"action": "cancel", "heard_ms": heard}))
+                            cancelled = True
+                        continue
+                    control = json.loads(frame)
+                    if control["type"] == "words":
+                        # No audio of these words has come before them.
+                        assert min(w["start_ms"] for w in control["words"]) >= audio_ms
+                        words += control["words"]
+                    elif control["type"] == "turn_end":
+                        assert control["status"] == "cancelled"
+                        break
+            assert cancelled, "no six words timed before the answer ended"
+            ends = [w["end_ms"] for w in words]
+            assert ends == sorted(ends) and all(w["start_ms"] < w["end_ms"] for w in words)
+            await asyncio.to_thread(stack.functions.wait, 30)
+            await ws.send(json.dumps({"action": "history"}))
+            async with asyncio.timeout(10):
+                history = json.loads(await ws.recv())
+    finally:
+        await asyncio.to_thread(stack.use_speech_link, "sagemaker")
+    assert history["type"] == "history"
+    last = history["messages"][-1]
+    assert last["role"] == "assistant" and last["interrupted"] is True
+    assert last["text"] == " ".join(w["text"] for w in words[:3])
+    assert history["messages"][-2] == {"role": "user", "text": "Tell me everything",
+                                       "interrupted": False}  # fmt: skip
