@@ -330,3 +330,21 @@ def test_the_bench_check_measures_silences_between_words_not_inside_one():
     assert errors.ends == [2400] and errors.end_words == [0]  # 100 ms late; the inner pause skipped
     assert errors.starts == [-1200]
     assert errors.last_end == -99
+
+
+def test_a_words_end_comes_from_its_audio_once_its_pause_has_begun():
+    from speech_server.word_timings import END_PAD_SAMPLES, QUIET_TAIL_SAMPLES, ended_by_audio
+
+    # "noon." spoken over 4,800 samples, then the pause Kokoro folds into it (to 12,000).
+    audio = np.concatenate([np.full(4800, 0.2, np.float32), np.zeros(7200, np.float32)])
+    word = SpokenWord("noon.", 0, 12_000)
+    assert ended_by_audio([word], audio) == [SpokenWord("noon.", 0, 4800 + END_PAD_SAMPLES)]
+    # Only part of it known (a window and its preview): moved once the known part ends quiet
+    # for QUIET_TAIL_SAMPLES, else the predicted end stands (a stop's closure is shorter).
+    begun = audio[: 4800 + QUIET_TAIL_SAMPLES]
+    assert ended_by_audio([word], begun)[0].end == 4800 + END_PAD_SAMPLES
+    closure = audio[: 4800 + QUIET_TAIL_SAMPLES - 1]
+    assert ended_by_audio([word], closure)[0].end == 12_000
+    # Counted from ``offset``: the same audio later in the chunk.
+    later = SpokenWord("noon.", 1000, 13_000)
+    assert ended_by_audio([later], audio, offset=1000)[0].end == 5800 + END_PAD_SAMPLES

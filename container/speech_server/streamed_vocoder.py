@@ -268,6 +268,16 @@ class StreamedVocoder:
 
     def windows(self, text: TextSide, style: NDArray[np.float32]) -> Iterator[NDArray[np.float32]]:
         """The chunk's audio, a window at a time; concatenated, as long as ``whole``'s."""
+        for piece, _ in self.windows_and_ahead(text, style):
+            yield piece
+
+    def windows_and_ahead(
+        self, text: TextSide, style: NDArray[np.float32]
+    ) -> Iterator[tuple[NDArray[np.float32], NDArray[np.float32]]]:
+        """Each window with the audio its decode made past it (the lookahead, and the fade the
+        next window will blend): a close preview of the samples that follow the window, free
+        since it was decoded anyway; what word timings read a word's end from before the next
+        window exists (``onnx_engine``). Empty after the last window."""
         plan = self.plan(text)
         half_fade = FADE_SAMPLES // 2
         held: NDArray[np.float32] | None = None  # the last window's side of the next seam
@@ -286,7 +296,7 @@ class StreamedVocoder:
                 piece[:FADE_SAMPLES] = held * (1.0 - fade) + piece[:FADE_SAMPLES] * fade
             if not last:
                 piece, held = piece[:-FADE_SAMPLES], piece[-FADE_SAMPLES:]
-            yield piece
+            yield piece, audio[stop - (0 if last else FADE_SAMPLES) :]
 
     def decode(
         self, text: TextSide, style: NDArray[np.float32], lo: int, hi: int

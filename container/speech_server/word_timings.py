@@ -38,6 +38,9 @@ SAMPLES_PER_DURATION = 600  # one duration unit: 25 ms at 24 kHz
 # silence threshold), plus END_PAD_SAMPLES: see ``ended_by_audio``.
 LOUD = 0.01
 END_PAD_SAMPLES = 360  # 15 ms, as the synthesis layer keeps after a chunk's last loud sample
+# Quiet this long at the end of what is known of a word means its pause has begun: longer than
+# a stop consonant's closure (~100 ms), shorter than the pause Kokoro folds into a phrase's end.
+QUIET_TAIL_SAMPLES = 3600  # 150 ms
 # Kokoro's punctuation marks and its space (kokoro-onnx's DEFAULT_VOCAB ids 1-16): what ends a
 # run. The same characters in a phoneme string, for engines that give phonemes, not ids.
 BOUNDARY_TOKENS = frozenset(range(1, 17))
@@ -174,17 +177,20 @@ def ended_by_audio(
     words: Sequence[SpokenWord], audio: NDArray[np.float32], offset: int = 0
 ) -> list[SpokenWord]:
     """The words with each end moved back to where its audio falls quiet: ``audio`` starts at
-    sample ``offset`` of the words' count and must cover each word's whole span.
+    sample ``offset`` of the words' count and covers what is known of the chunk so far.
 
     Kokoro gives a phrase's last phoneme the pause after it (measured: "noon." 300 ms past
     its last loud sample, the silence after a sentence inside its last word), so without this a
-    word heard to its end would not be counted heard until the pause had played too."""
+    word heard to its end would not be counted heard until the pause had played too. A word
+    whose span runs past the known audio is moved only when the known part already ends in
+    ``QUIET_TAIL_SAMPLES`` of quiet (its pause has begun); else it keeps the predicted end."""
     moved = []
     for word in words:
-        span = audio[max(0, word.start - offset) : word.end - offset]
+        span = audio[max(0, word.start - offset) : max(0, word.end - offset)]
         loud = np.flatnonzero(np.abs(span) > LOUD)
         end = word.end
-        if loud.size:
+        whole = word.end - offset <= len(audio)
+        if loud.size and (whole or len(span) - int(loud[-1]) - 1 >= QUIET_TAIL_SAMPLES):
             end = min(word.end, word.start + int(loud[-1]) + 1 + END_PAD_SAMPLES)
         moved.append(SpokenWord(word.text, word.start, end))
     return moved

@@ -215,10 +215,11 @@ class KokoroOnnxEngine:
         for batch, (text_side, style) in zip(batches, sides, strict=True):
             runs = phoneme_runs(batch, text_side.durations.ravel(), offset=offset)
             words = timer.add(runs)
+            empty = np.zeros(0, np.float32)
             pieces = (
-                self.vocoder.windows(text_side, style)
+                self.vocoder.windows_and_ahead(text_side, style)
                 if streamed
-                else iter([self.vocoder.whole(text_side, style)])
+                else iter([(self.vocoder.whole(text_side, style), empty)])
             )
             yield from _words_before_their_audio(words, pieces, offset)
             offset += text_side.frames * SAMPLES_PER_FRAME
@@ -257,22 +258,24 @@ class KokoroOnnxEngine:
 
 
 def _words_before_their_audio(
-    words: list[SpokenWord], pieces: Iterator[NDArray[np.float32]], offset: int
+    words: list[SpokenWord],
+    pieces: Iterator[tuple[NDArray[np.float32], NDArray[np.float32]]],
+    offset: int,
 ) -> Iterator[NDArray[np.float32] | list[SpokenWord]]:
     """A batch's pieces of audio (``offset`` samples into the chunk), each after the words that
-    start in it. A piece is decoded before its words are given, so a word that ends inside the
-    audio decoded so far has its end taken from that audio (``ended_by_audio``); one that runs
-    on into the next window keeps the duration predictor's end."""
+    start in it. Each piece comes decoded with a preview of what follows it (the streamed
+    vocoder's lookahead): a word's end is taken from that audio (``ended_by_audio``) when the
+    audio known so far holds it, or already holds the pause after it."""
     heard = np.zeros(0, np.float32)
     waiting = list(words)
-    for piece in pieces:
+    for piece, ahead in pieces:
         heard = np.concatenate([heard, piece])
         decoded_to = offset + len(heard)
+        known = np.concatenate([heard, ahead])
         starting = [word for word in waiting if word.start < decoded_to]
         if starting:
             waiting = waiting[len(starting) :]
-            whole = [word for word in starting if word.end <= decoded_to]
-            yield ended_by_audio(whole, heard, offset) + starting[len(whole) :]
+            yield ended_by_audio(starting, known, offset)
         yield piece
     if waiting:  # past the audio (a duration the vocoder did not render): still named
         yield waiting
