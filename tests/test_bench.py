@@ -459,3 +459,25 @@ async def test_tools_bench_measures_the_preamble_the_filler_and_the_answer(stack
     # The preamble is heard before the tool has answered.
     assert by[("preamble", "bidi")]["first_audio_ms"] < quiet
     assert stack.adapters.settings.tool_latency_ms == 0  # the stack is given back as it was
+
+
+def test_words_bench_reports_the_checks_and_the_first_audio_cost(onnx_engine):
+    import asyncio
+
+    from speech_server.synthesis import Synthesizer
+    from voicewire_tools.bench.words import _checked, _first_audio_cost, _speak
+
+    text = "The plan ships on Monday. Then we measure it again."
+    synthesizer = Synthesizer(onnx_engine)
+    try:
+        audio, words, first = asyncio.run(_speak(synthesizer, text, "af_heart", timed=True))
+        row = _checked(text, audio, words)
+        cost = asyncio.run(_first_audio_cost(synthesizer, "af_heart", trials=1))
+    finally:
+        synthesizer.close()
+    assert first is not None and first > 0
+    assert row["words_match"] and row["silences"] >= 1
+    assert row["worst_ms"] <= 100 and row["far"] == []
+    assert 0 < row["recognized"] <= len(words) and row["inside_share"] > row["shifted_share"]
+    assert cost["with_ms"] > 0 and cost["without_ms"] > 0
+    assert abs(cost["difference_ms"] - (cost["with_ms"] - cost["without_ms"])) <= 0.11
