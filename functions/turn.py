@@ -314,7 +314,7 @@ class TurnRunner:
         most the time since the first audio frame left, at most the audio sent."""
         first = self.relay.first_audio_posted_at
         since = time.monotonic() - first if first is not None else None
-        outcome.audio_ms = round(self.relay.audio_bytes / SAMPLE_WIDTH / SAMPLE_RATE * 1000, 1)
+        outcome.audio_ms = _ms(self.relay.audio_bytes // SAMPLE_WIDTH)
         outcome.heard_estimate_ms = estimated_heard_ms(since, outcome.audio_ms)
         outcome.words = list(self._words)
         return outcome

@@ -413,6 +413,14 @@ async def test_the_page_reads_at_phone_width_and_every_control_is_labelled_and_r
     assert errors == []
 
 
+def published_site(tmp_path: Path, config: dict) -> Path:
+    """web/ as the VoicePage stack publishes it, with a config.json naming the API."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "web", site)
+    (site / "config.json").write_text(json.dumps(config))
+    return site
+
+
 def static_host(folder: Path) -> LoopbackServer:
     """A plain static web server for a folder (Python's own), on a free loopback port."""
     return LoopbackServer(
@@ -423,9 +431,7 @@ def static_host(folder: Path) -> LoopbackServer:
 async def test_any_static_host_serves_the_page_and_its_config_names_the_api(stack, tmp_path):
     # What the VoicePage stack publishes: web/ as it is, and a config.json naming the API.
     # Here the API is on another origin than the page, as a deployment's is.
-    site = tmp_path / "site"
-    shutil.copytree(ROOT / "web", site)
-    (site / "config.json").write_text(json.dumps({"url": stack.ws_url}))
+    site = published_site(tmp_path, {"url": stack.ws_url})
     errors: list[str] = []
     with static_host(site) as host:
         origin = host.url
@@ -762,9 +768,7 @@ class ClientLinkFake:
 
 async def test_the_word_heard_follows_the_audio_clock_through_an_underrun(tmp_path):
     async with ClientLinkFake() as fake:
-        site = tmp_path / "site"
-        shutil.copytree(ROOT / "web", site)
-        (site / "config.json").write_text(json.dumps({"url": fake.url, "tickets": False}))
+        site = published_site(tmp_path, {"url": fake.url, "tickets": False})
         errors: list[str] = []
         with static_host(site) as host:
             async with chromium_page(errors) as page:
@@ -825,9 +829,7 @@ async def test_the_word_heard_follows_the_audio_clock_through_an_underrun(tmp_pa
 
 async def test_without_word_timings_the_sentence_is_highlighted_and_heard_ms_still_sent(tmp_path):
     async with ClientLinkFake(timed=False) as fake:
-        site = tmp_path / "site"
-        shutil.copytree(ROOT / "web", site)
-        (site / "config.json").write_text(json.dumps({"url": fake.url, "tickets": False}))
+        site = published_site(tmp_path, {"url": fake.url, "tickets": False})
         errors: list[str] = []
         with static_host(site) as host:
             async with chromium_page(errors) as page:

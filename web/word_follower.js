@@ -53,17 +53,10 @@ export class WordFollower {
   /** Ms of the turn's audio played by context time t (player.heardTime: at the speakers);
    * -1 before its first frame starts (0 would already be inside the first word). */
   positionAt(t) {
-    const frames = this.frames;
-    let low = 0;
-    let high = frames.length;
-    while (low < high) {
-      // the last frame started by t: frames start in order, each where (or after) one ended
-      const middle = (low + high) >> 1;
-      if (frames[middle].start <= t) low = middle + 1;
-      else high = middle;
-    }
-    if (low === 0) return -1;
-    const frame = frames[low - 1];
+    // the last frame started by t: frames start in order, each where (or after) one ended
+    const index = lastStartedBy(this.frames, t);
+    if (index < 0) return -1;
+    const frame = this.frames[index];
     return frame.at + Math.min(t - frame.start, frame.end - frame.start) * 1000;
   }
 
@@ -78,26 +71,27 @@ export class WordFollower {
    * pause after a sentence) until the next one starts: a mark that blinks off between words is
    * harder to follow than one that steps from word to word. */
   wordAt(ms) {
-    const index = this.lastStartedBy(ms);
+    const index = lastStartedBy(this.words, ms);
     return index >= 0 && ms < this.words[index].end + HOLD_MS ? index : -1;
   }
 
   /** How many words, from the first, were heard by stream ms (wasHeard). */
   heardCount(ms) {
-    let count = this.lastStartedBy(ms) + 1;
+    let count = lastStartedBy(this.words, ms) + 1;
     while (count > 0 && !wasHeard(this.words[count - 1], ms)) count -= 1;
     return count;
   }
+}
 
-  lastStartedBy(ms) {
-    const words = this.words;
-    let low = 0;
-    let high = words.length;
-    while (low < high) {
-      const middle = (low + high) >> 1;
-      if (words[middle].start <= ms) low = middle + 1;
-      else high = middle;
-    }
-    return low - 1;
+/** The index of the last item (in order of start) whose start is at or before value; -1 if
+ * none: a binary search, as a long answer has hundreds of words and thousands of frames. */
+function lastStartedBy(items, value) {
+  let low = 0;
+  let high = items.length;
+  while (low < high) {
+    const middle = (low + high) >> 1;
+    if (items[middle].start <= value) low = middle + 1;
+    else high = middle;
   }
+  return low - 1;
 }

@@ -161,6 +161,21 @@ class WordTimer:
         self._runs: list[PhonemeRun] = []
         self._told = 0
 
+    @classmethod
+    def for_chunk(
+        cls, text: str, batches: Sequence[str], phonemize_word: Callable[[str], str]
+    ) -> WordTimer:
+        """A timer for ``text`` spoken as ``batches`` (the phonemes fed to the model, batch by
+        batch); ``phonemize_word`` gives one written word's phonemes alone, as fed."""
+        runs = [run for batch in batches for run in runs_of(batch)]
+        return cls(words_over_runs(written_words(text), runs, phonemize_word))
+
+    def add_batch(
+        self, phonemes: str, durations: Sequence[int], offset: int = 0
+    ) -> list[SpokenWord]:
+        """Time a batch from its durations (``phoneme_runs``); the words now timed whole."""
+        return self.add(phoneme_runs(phonemes, durations, offset=offset))
+
     def add(self, runs: Sequence[PhonemeRun]) -> list[SpokenWord]:
         """Take a batch's timed runs; the words now timed whole (in order, each once)."""
         self._runs.extend(runs)

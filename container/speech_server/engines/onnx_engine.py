@@ -42,16 +42,7 @@ from speech_server.streamed_vocoder import (
     split_graph,
     text_side_inputs,
 )
-from speech_server.word_timings import (
-    SpokenWord,
-    WordTimer,
-    ended_by_audio,
-    fed_phonemes,
-    phoneme_runs,
-    runs_of,
-    words_over_runs,
-    written_words,
-)
+from speech_server.word_timings import SpokenWord, WordTimer, ended_by_audio, fed_phonemes
 from voicewire.voice_catalog import describe_voice
 
 logger = logging.getLogger(__name__)
@@ -202,19 +193,14 @@ class KokoroOnnxEngine:
             return
         vocabulary = self.kokoro.tokenizer.vocab
         batches = [fed_phonemes(batch, vocabulary) for batch in self._batches(text, voice, speed)]
-        run_texts = [run for batch in batches for run in runs_of(batch)]
         # Each written word phonemized alone (~60 us a word) says how many runs it is spoken as.
-        plan = words_over_runs(
-            written_words(text),
-            run_texts,
-            lambda word: fed_phonemes(self._phonemes(word, voice), vocabulary),
+        timer = WordTimer.for_chunk(
+            text, batches, lambda word: fed_phonemes(self._phonemes(word, voice), vocabulary)
         )
-        timer = WordTimer(plan)
         offset = 0
         sides = self._text_sides(batches, voice, speed)
         for batch, (text_side, style) in zip(batches, sides, strict=True):
-            runs = phoneme_runs(batch, text_side.durations.ravel(), offset=offset)
-            words = timer.add(runs)
+            words = timer.add_batch(batch, text_side.durations.ravel(), offset)
             empty = np.zeros(0, np.float32)
             pieces = (
                 self.vocoder.windows_and_ahead(text_side, style)

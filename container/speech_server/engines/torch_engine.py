@@ -31,16 +31,7 @@ from speech_server.engines.default_voice import choose_default_voice
 from speech_server.gpu_check import find, require_cuda
 from speech_server.model_assets import ModelAssetError
 from speech_server.settings import EngineSettings
-from speech_server.word_timings import (
-    SpokenWord,
-    WordTimer,
-    ended_by_audio,
-    fed_phonemes,
-    phoneme_runs,
-    runs_of,
-    words_over_runs,
-    written_words,
-)
+from speech_server.word_timings import SpokenWord, WordTimer, ended_by_audio, fed_phonemes
 
 logger = logging.getLogger(__name__)
 
@@ -155,16 +146,13 @@ class KokoroTorchEngine:
             return
         fed = [fed_phonemes(result.phonemes, vocabulary) for result in results]
         # Each written word through the pipeline's own G2P (misaki, or espeak-ng) alone.
-        plan = words_over_runs(
-            written_words(text),
-            [run for phonemes in fed for run in runs_of(phonemes)],
-            lambda word: fed_phonemes(pipeline.g2p(word)[0] or "", vocabulary),
+        timer = WordTimer.for_chunk(
+            text, fed, lambda word: fed_phonemes(pipeline.g2p(word)[0] or "", vocabulary)
         )
-        timer = WordTimer(plan)
         audio, offset, words = [], 0, []
         for result, phonemes in zip(results, fed, strict=True):
             durations = result.pred_dur.detach().cpu().numpy().ravel()
-            words += timer.add(phoneme_runs(phonemes, durations, offset=offset))
+            words += timer.add_batch(phonemes, durations, offset)
             part = result.audio.detach().cpu().numpy()
             audio.append(part)
             offset += len(part)
