@@ -123,8 +123,7 @@ def _timed(onnx_engine, text: str, *, speed: float = 1.0, fast_start: bool = Tru
         )
         async for item in frames:
             if isinstance(item, list):
-                # Sent no later than their audio: a word starts after the audio sent so far
-                # began... and the words of a chunk come before its first frame.
+                # Sent no later than their audio: no word lies wholly in audio already sent.
                 assert all(word.end >= len(audio) // 2 for word in item)
                 words += item
             else:
