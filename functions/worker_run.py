@@ -12,7 +12,8 @@ Whatever fails, the turn ends (``functions.turn_endings``): the client gets ``er
 ``turn_end``, the record its status, CloudWatch its metric, and the job returns normally so that
 Lambda has nothing to retry.
 
-Where the features land: the agent (its request, history and tools) is built in ``_agent``;
+Where the features land: the agent (its request, history and tools) is built in
+``functions.turn_assembly`` (shared with the AgentCore front door);
 what the turn says and streams is ``functions.turn``'s ``TurnRunner``.
 """
 
@@ -23,16 +24,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from functions.adapters.llm import converse_request
 from functions.adapters.relay import Relay
 from functions.adapters.session_store import ClaimVerdict, SessionStore, SpokenExchange
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
 from functions.agent_events import AgentTurn
-from functions.agent_loop import BedrockAgent
-from functions.heard_history import heard_messages
 from functions.observability import logger
-from functions.settings import Settings
 from functions.turn import TurnOutcome, TurnRunner, TurnSpec
+from functions.turn_assembly import (
+    answering_agent,
+    hand_back,
+    kept_messages,
+    session_of,
+    turn_runner,
+)
 from functions.turn_endings import (
     end_cancelled_before_start,
     end_told_late,
@@ -45,7 +49,6 @@ from functions.wiring import Adapters
 from functions.worker_job import WorkerJob
 from functions.worker_policy import WORKER_POLICY, WorkerPolicy
 from voicewire.error_codes import ErrorCode
-from voicewire.speech_link import SpeechSession
 
 
 async def run_job(
@@ -165,15 +168,6 @@ async def _history_after(job: WorkerJob, store: SessionStore) -> Any:
     return await asyncio.to_thread(store.get_connection, job.connection_id)
 
 
-def seed_baseline(settings: Settings) -> dict[str, Any]:
-    """The seed's pipeline for ``voicewire bench``'s baseline modes; nothing otherwise."""
-    if settings.baseline != "seed":
-        return {}
-    from voicewire.seed_chunker import SeedSentenceChunker
-
-    return {"chunker_factory": SeedSentenceChunker, "fast_start": False}
-
-
 async def run_claimed(
     job: WorkerJob,
     adapters: Adapters,
@@ -183,7 +177,7 @@ async def run_claimed(
 ) -> str:
     """Run a claimed turn under its guards, then record and keep how it ended, then tell."""
     acquiring = head.acquiring
-    speech = asyncio.create_task(_session_of(acquiring), name="speech-session-ready")
+    speech = asyncio.create_task(session_of(acquiring), name="speech-session-ready")
     store = adapters.store
     relay = relay_for(job, adapters)
     stop = TurnStop(asyncio.Event())
@@ -198,26 +192,20 @@ async def run_claimed(
             agent = await _agent(job, adapters, head)
         except Exception as error:
             raise _NotStarted from error
-        settings = adapters.settings
         spec = TurnSpec(
             job.turn_id, job.turn, job.mode, job.accepted_at, job.voice, job.speed,
             job.word_timings,
         )  # fmt: skip
-        runner = TurnRunner(
-            spec, relay, speech, stop.event, agent=agent, text=job.text,
+        runner = turn_runner(
+            spec, relay, speech, stop.event, adapters.settings, agent=agent, text=job.text,
             stop_failure=lambda: stop.failure,
-            tool_filler_seconds=settings.tool_filler_seconds or None,
-            show_tool_data=settings.show_tool_data,
-            speech_timeout=settings.speech_chunk_timeout_seconds,
-            max_speech_seconds=settings.max_speech_seconds_per_turn,
-            **seed_baseline(settings),
         )  # fmt: skip
         outcome = await runner.run(tell_end=False)
     finally:
         for guard in guards:
             guard.cancel()
         await asyncio.gather(*guards, return_exceptions=True)
-        ready = await _hand_back(adapters.speech_sessions, acquiring, speech, outcome, runner)
+        ready = await hand_back(adapters.speech_sessions, acquiring, speech, outcome, runner)
     # The history before the turn's end is recorded (a barge-in's turn waits for that end to
     # read it) and before the turn_end (a client may ask again the moment it hears the end).
     heard = await _leave_behind(job, store, outcome)
@@ -252,24 +240,9 @@ async def _agent(job: WorkerJob, adapters: Adapters, head: HeadStart) -> AgentTu
     read; None to speak a given text."""
     if head.reading is None:
         return None
-    settings = adapters.settings
     connection = await head.reading
     history = connection.history if connection else []
-    if settings.agent.startswith("strands"):
-        from functions.strands_agent import StrandsAgentTurn, agent_factory
-
-        return StrandsAgentTurn(
-            adapters.llm_client(), settings.bedrock_model_id, history, job.prompt or "",
-            settings.system_prompt, adapters.tools, settings.max_output_tokens,
-            settings.max_tool_rounds, agent_factory(settings.agent),
-            tool_result_status=True if settings.llm == "replay" else "auto",
-        )  # fmt: skip
-    request = converse_request(
-        settings.bedrock_model_id, history, job.prompt or "", settings.system_prompt,
-        settings.max_output_tokens, adapters.tools.tool_config(),
-        cache_prompt=settings.prompt_caching, latency=settings.bedrock_latency,
-    )  # fmt: skip
-    return BedrockAgent(adapters.llm_client(), request, adapters.tools, settings.max_tool_rounds)
+    return answering_agent(adapters, history, job.prompt or "")
 
 
 def _relay_counts(relay: Relay) -> dict[str, int]:
@@ -338,16 +311,11 @@ async def _leave_behind(job: WorkerJob, store: SessionStore, outcome: TurnOutcom
         if job.mode == "speak":
             return None
         spoken = SpokenExchange(job.turn_id, job.turn, 0, outcome.words)
-        messages = outcome.messages
         if outcome.status == "cancelled":
             heard = await _heard(job, store, outcome)
-            messages = heard_messages(messages, outcome.words, heard.ms)
             spoken.cut = True
-        called_tools = any(
-            "toolUse" in block for message in messages for block in message["content"]
-        )
-        answered = outcome.status == "complete" and bool(outcome.answer.strip())
-        if answered or called_tools or heard is not None:
+        messages = kept_messages(outcome, heard.ms if heard is not None else None)
+        if messages is not None:
             await asyncio.to_thread(
                 store.append_history, job.connection_id, job.prompt or "", outcome.answer,
                 messages, spoken,
@@ -366,31 +334,3 @@ async def _cut_late(job: WorkerJob, store: SessionStore, heard: Heard) -> None:
     except Exception:
         logger.exception("the turn's history could not be cut to what was heard")
         publish_count("HistoryWritesFailed")
-
-
-async def _session_of(acquiring: asyncio.Task[ReadySession]) -> SpeechSession:
-    return (await acquiring).session
-
-
-async def _hand_back(
-    sessions: KeptSpeechSession,
-    acquiring: asyncio.Task[ReadySession],
-    speech: asyncio.Task[SpeechSession],
-    outcome: TurnOutcome | None,
-    runner: TurnRunner | None,
-) -> ReadySession | None:
-    """Keep the session for the next turn if this one left it clean, else close it. Returns how
-    the session was obtained, if it was.
-
-    An opening still under way when the turn ends (a turn cancelled early) is waited for, not
-    called off: the client already has its turn_end, the wait is bounded by the open timeout,
-    the session is clean and the next turn can use it; and cancelling the CRT client mid-connect
-    makes awscrt resolve a cancelled future from its own thread."""
-    await asyncio.gather(acquiring, speech, return_exceptions=True)
-    if acquiring.cancelled() or acquiring.exception() is not None:
-        return None
-    ready = acquiring.result()
-    completed = outcome is not None and outcome.status == "complete"
-    unused = runner is not None and not runner.used_speech
-    await sessions.release(ready.session, reusable=completed or unused)
-    return ready

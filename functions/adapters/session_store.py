@@ -237,10 +237,27 @@ def bounded_history(
     return kept
 
 
-def _joined(history: list[dict[str, Any]], exchange: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``exchange`` after ``history``, both closed: a turn cut short after its tool results
-    ends with ``INTERRUPTED``, so roles alternate."""
-    return [*closed(history), *closed(exchange)]
+def joined_history(
+    history: list[dict[str, Any]], exchange: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """``exchange`` after ``history``, both closed, bounded: a turn cut short after its tool
+    results ends with ``INTERRUPTED``, so roles alternate."""
+    return bounded_history([*closed(history), *closed(exchange)])
+
+
+def history_exchange(
+    prompt: str, answer: str, messages: list[dict[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """A question and its answer as the history keeps them: ``messages`` (the agent's after the
+    prompt: its tool calls, their results, the answer) instead of ``answer`` alone when given,
+    every text clipped so that one exchange never takes more than half the history's budget."""
+    budget = HISTORY_MAX_BYTES // 2
+    question = {"role": "user", "content": [{"text": _clipped(prompt, budget // 4)}]}
+    if messages:
+        share = budget // (2 * len(messages))
+        return [question, *(_clipped_message(m, share) for m in messages)]
+    answered = {"role": "assistant", "content": [{"text": _clipped(answer, budget // 2)}]}
+    return [question, answered]
 
 
 def _clipped_message(message: dict[str, Any], max_bytes: int) -> dict[str, Any]:
@@ -641,18 +658,11 @@ class SessionStore:
         write only if nobody wrote in between; else read again), so none is lost. False if the
         connection is gone from the table. ``spoken``: the exchange's turn and words, kept
         for a later cut (``cut_to_heard``); its ``count`` is set here."""
-        budget = HISTORY_MAX_BYTES // 2  # one exchange never takes more than half the budget
-        question = {"role": "user", "content": [{"text": _clipped(prompt, budget // 4)}]}
-        if messages:
-            share = budget // (2 * len(messages))
-            exchange = [question, *(_clipped_message(m, share) for m in messages)]
-        else:
-            answered = {"role": "assistant", "content": [{"text": _clipped(answer, budget // 2)}]}
-            exchange = [question, answered]
+        exchange = history_exchange(prompt, answer, messages)
         if spoken is not None:
             spoken.count = len(closed(exchange)) - 1
         return self._write_history(
-            connection_id, lambda record: _joined(record.history, exchange), spoken
+            connection_id, lambda record: joined_history(record.history, exchange), spoken
         )
 
     def cut_to_heard(

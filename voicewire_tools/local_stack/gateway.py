@@ -16,11 +16,7 @@ the ``@connections`` management API, so the functions' boto3 code runs unchanged
   that sends text frames would, so a standards-following client fails the connection with 1007
   on raw audio. AWS documents neither (``docs/aws-facts.md``); ``text`` shows what the base64
   fallback is for. ``GET`` returns the connection's info, ``DELETE`` closes it.
-- ``GET /``: the browser page (``web/index.html``); ``GET /{name}`` the files it loads from its
-  own folder (``app.js``, ``style.css``, ...), nothing else: a static host's view of ``web/``.
-  ``GET /config.json``: what the page needs to know of the API that served it, as the VoicePage
-  stack's ``config.json`` tells a deployed page (``Gateway.config``): its ``url`` and whether
-  connecting needs a connect ``tickets``; the page connects by itself where none is needed.
+- ``GET /``, ``GET /config.json`` and the page's files: ``voicewire_tools.local_stack.page_site``.
 
 Frames are judged as frames. An ASGI server hands an application whole reassembled messages,
 which cannot tell one 120 KB frame (refused) from four 30 KB ones (accepted). So uvicorn serves
@@ -56,7 +52,6 @@ import concurrent.futures
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -68,7 +63,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from websockets.asyncio.server import Server, ServerConnection
 from websockets.datastructures import Headers
@@ -80,7 +75,7 @@ from websockets.protocol import State
 from websockets.server import ServerProtocol
 
 from voicewire.client_protocol import CLIENT_ACTIONS, MAX_FRAME_BYTES, MAX_MESSAGE_BYTES
-from voicewire_tools.page_headers import SECURITY_HEADERS
+from voicewire_tools.local_stack.page_site import WS_PATH, PageSite
 
 logger = logging.getLogger(__name__)
 # websockets' own logger, not ours: at DEBUG it logs every handshake's request line, and a
@@ -91,7 +86,6 @@ ROUTES = frozenset(CLIENT_ACTIONS)
 API_ID = "local"
 STAGE = "local"
 METHOD_ARN = f"arn:aws:execute-api:local:000000000000:{API_ID}/{STAGE}/$connect"
-WS_PATH = "/ws"
 OPEN_TIMEOUT = 10.0  # seconds for a client to finish its opening handshake
 CLOSE_TIMEOUT = 10.0  # seconds to wait for a client's answer to a close frame
 
@@ -101,9 +95,6 @@ POST_FRAMES: tuple[PostFrames, ...] = ("binary", "text")
 
 Handler = Callable[[dict[str, Any]], dict[str, Any]]
 
-# The page's own files, by name: one folder deep, no dot files, only what a page loads.
-PAGE_ASSET = re.compile(r"[a-z][a-z0-9_-]*\.(?:js|css|svg|png|ico)")
-PAGE_CONFIG = "/config.json"  # fetched by web/app.js, relative to the page
 TICKETS_PATH = "/tickets"  # the local stack's ticket mint (POST), a route it adds with tokens on
 
 
@@ -284,18 +275,26 @@ class Gateway:
 
     def app(self) -> Starlette:
         """The HTTP routes. WebSocket upgrades never reach it: see ``websocket_protocol``."""
+        site = PageSite(
+            self.page,
+            tickets=lambda: self.functions.authorizer is not None,
+            ticket_path=lambda: TICKETS_PATH if self._mints_tickets() else None,
+        )
         return Starlette(
-            routes=[
-                Route("/", self.index, methods=["GET"]),
-                Route(PAGE_CONFIG, self.config, methods=["GET"]),
+            routes=site.routes(
                 Route(
                     "/@connections/{connection_id}",
                     self.management,
                     methods=["POST", "GET", "DELETE"],
                 ),
                 *self.extra_routes,
-                Route("/{name}", self.asset, methods=["GET"]),  # last: every other route first
-            ]
+            )
+        )
+
+    def _mints_tickets(self) -> bool:
+        return any(
+            isinstance(route, Route) and route.path == TICKETS_PATH and "POST" in route.methods
+            for route in self.extra_routes
         )
 
     def websocket_protocol(self) -> type[GatewaySocket]:
@@ -347,50 +346,6 @@ class Gateway:
             closed.result(within)
         except concurrent.futures.TimeoutError:
             closed.cancel()  # the listener's own stop closes whatever is left
-
-    async def index(self, request: Request) -> Response:
-        if self.page is None or not self.page.is_file():
-            return PlainTextResponse("voicewire local stack: WebSocket at /ws\n")
-        return FileResponse(self.page, headers=SECURITY_HEADERS)
-
-    async def config(self, request: Request) -> Response:
-        """The page's ``config.json``, the same fields as a deployed page's (``stacks/
-        voice_page.py``): ``url``, this stack's WebSocket URL as the browser reached it (its
-        ``Host`` header and scheme, so ``--host 0.0.0.0``, another machine or a forwarded port
-        get the address they used, not 127.0.0.1); ``tickets``, whether connecting needs a
-        connect ticket (the authorizer runs: ``--tokens``); ``ticket_url``, where one is minted
-        (POST, with the API key ``voicewire up`` prints), when this stack mints them.
-
-        Why answer it at all: the page fetches it on every load, and a 404 was an error line in
-        every browser console; and only the host knows whether a ticket is needed, which the
-        page must know to connect by itself (without one) or to say that one is needed. Never
-        cached (``no-store``): a stack restarted with ``--tokens``, or on another port, must be
-        what the next load reads."""
-        host = request.headers.get("host") or request.url.netloc
-        secure = request.url.scheme in ("https", "wss")
-        body: dict[str, Any] = {
-            "url": f"{'wss' if secure else 'ws'}://{host}{WS_PATH}",
-            "tickets": self.functions.authorizer is not None,
-        }
-        if body["tickets"] and self._mints_tickets():
-            body["ticket_url"] = f"{'https' if secure else 'http'}://{host}{TICKETS_PATH}"
-        return JSONResponse(body, headers={**SECURITY_HEADERS, "cache-control": "no-store"})
-
-    def _mints_tickets(self) -> bool:
-        return any(
-            isinstance(route, Route) and route.path == TICKETS_PATH and "POST" in route.methods
-            for route in self.extra_routes
-        )
-
-    async def asset(self, request: Request) -> Response:
-        """A file next to the page (its scripts and style), as a static host would serve it."""
-        name = request.path_params["name"]
-        if self.page is None or not PAGE_ASSET.fullmatch(name):
-            return PlainTextResponse("Not Found", 404)
-        path = self.page.parent / name
-        if not path.is_file():
-            return PlainTextResponse("Not Found", 404)
-        return FileResponse(path, headers=SECURITY_HEADERS)
 
     # --- the client side ------------------------------------------------------------------
 

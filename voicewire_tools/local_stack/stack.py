@@ -34,6 +34,8 @@ from voicewire_tools.local_stack.sigv4_verifier import AccessKey, SigV4Verifier
 
 logger = logging.getLogger(__name__)
 
+FrontDoor = Literal["apigateway", "agentcore"]
+FRONT_DOORS: tuple[FrontDoor, ...] = ("apigateway", "agentcore")
 REGION = "us-east-1"
 TABLE_NAME = "voicewire-sessions"
 WORKER_FUNCTION = "voicewire-worker"
@@ -84,6 +86,10 @@ class StackOptions:
     # Every sample tool waits this long (a slow tool, to demonstrate the filler and barge-in).
     tool_latency_ms: float = 0.0
     agent: str = "builtin"  # who answers an ask: builtin, strands, strands:module:function
+    # What clients connect to: the API Gateway WebSocket API and its Lambda functions
+    # ("apigateway"), or the agent's AgentCore Runtime container app ("agentcore":
+    # ``functions.agentcore``, serving /ws, /invocations and /ping on ``port``).
+    front_door: FrontDoor = "apigateway"
 
 
 @dataclass
@@ -136,6 +142,7 @@ class LocalStack:
         self.adapters: Any = None
         self.functions: Any = None
         self.gateway: Any = None
+        self.agentcore_app: Any = None  # with the agentcore front door
 
     # --- addresses ------------------------------------------------------------------------
 
@@ -258,6 +265,10 @@ class LocalStack:
             token_secret=lambda: self.token_secret,
         )
         self.adapters = adapters
+        if options.front_door == "agentcore":
+            self._previous_adapters = use_adapters(adapters)
+            self._serve_agentcore(gateway_socket)
+            return
         # The handlers read one module-global, as in a Lambda container: this stack's adapters
         # hold until it stops, then the ones before it come back (a stack started inside another).
         self._previous_adapters = use_adapters(adapters)
@@ -284,6 +295,18 @@ class LocalStack:
         self._servers.append(
             serve_in_thread(gateway.app(), gateway_socket, "gateway", **gateway.uvicorn_settings())
         )
+
+    def _serve_agentcore(self, reserved: socket.socket) -> None:
+        """The agent's AgentCore Runtime app (the SDK's ``BedrockAgentCoreApp``, as the
+        container runs it) on the stack's port, with this stack's adapters, and the page."""
+        from functions.agentcore.app import build_app
+        from voicewire_tools.local_stack.page_site import PageSite
+
+        app = build_app(lambda: self.adapters)
+        self.agentcore_app = app
+        # Local only: the page, served as a static host would; its routes after the SDK's.
+        app.router.routes.extend(PageSite(PAGE).routes())
+        self._servers.append(serve_in_thread(app, reserved, "agentcore-runtime"))
 
     def _start_runtime(self, reserved: socket.socket) -> None:
         """SageMaker's front door and sidecar, in front of the speech server."""

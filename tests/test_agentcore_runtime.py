@@ -1,0 +1,178 @@
+"""The agent on AgentCore Runtime, locally: the SDK's real ``BedrockAgentCoreApp`` (the
+container's app, ``functions.agentcore``) on a real port, in front of the local SageMaker runtime
+and the real speech server, as ``voicewire up --front-door agentcore`` runs it. Both routes:
+``/ws`` with voicewire's client protocol, ``/invocations`` with the seed's SSE events."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import uuid
+
+import httpx
+import pytest
+from polling import until
+from websockets.asyncio.client import connect
+
+from voicewire.client_protocol import decode_audio_frame
+from voicewire.sse import SseDecoder
+from voicewire.turn_client import run_turn
+from voicewire_tools.local_stack.stack import LocalStack, StackOptions
+
+SESSION_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
+SEED_EVENTS = {
+    "agent_start", "text_delta", "audio_stream_start", "audio_chunk", "audio_stream_end",
+    "agent_end", "error",
+}  # fmt: skip
+WEATHER = "Tell me something about the weather."  # a replayed recording (events/llm)
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    options = StackOptions(port=0, speech_port=0, runtime_port=0, front_door="agentcore")
+    local = LocalStack(options, progress=lambda line: None)
+    local.start()
+    yield local
+    local.stop()
+
+
+def session_id() -> str:
+    return f"voicewire-test-{uuid.uuid4().hex}"  # AgentCore wants 33 to 256 characters
+
+
+async def invoke(runtime, payload, session: str | None = None) -> list[dict]:
+    """``POST /invocations`` as the seed's client reads it: SSE ``data:`` lines of JSON."""
+    headers = {SESSION_HEADER: session} if session else {}
+    decoder = SseDecoder()
+    events = []
+    async with (
+        httpx.AsyncClient(timeout=120) as client,
+        client.stream(
+            "POST", f"{runtime.base_url}/invocations", json=payload, headers=headers
+        ) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for chunk in response.aiter_bytes():
+            events.extend(decoder.feed(chunk))
+    return events
+
+
+async def test_ping_is_the_sdks(runtime):
+    async with httpx.AsyncClient() as client:
+        response = await client.get(f"{runtime.base_url}/ping")
+    assert response.status_code == 200
+    assert response.json()["status"] in ("Healthy", "HealthyBusy")
+
+
+async def test_ws_answers_an_ask_with_speech_in_voicewires_frames(runtime):
+    result = await run_turn(runtime.ws_url, {"action": "ask", "prompt": WEATHER})
+    kinds = [event.kind for event in result.events]
+    assert kinds[0] == "turn_start" and kinds[-1] == "turn_end"
+    assert result.status == "complete"
+    assert {"text_delta", "sentence", "audio", "words"} <= set(kinds)
+    audio = [event.data for event in result.events if event.kind == "audio"]
+    assert [frame["seq"] for frame in audio] == list(range(len(audio)))
+    assert result.end["audio_bytes"] == len(result.audio) > 24_000
+    assert result.end["timings"]["first_audio_ms"] is not None
+
+
+async def test_ws_sends_binary_audio_frames_or_base64_when_asked(runtime):
+    for query, binary in (("", True), ("?audio=base64", False)):
+        async with connect(runtime.ws_url + query) as socket:
+            await socket.send(json.dumps({"action": "speak", "text": "One short sentence."}))
+            frames = []
+            while not (isinstance(frames[-1:] and frames[-1], str) and '"turn_end"' in frames[-1]):
+                frames.append(await asyncio.wait_for(socket.recv(), 60))
+        audio = [frame for frame in frames if isinstance(frame, bytes)]
+        as_text = [json.loads(f) for f in frames if isinstance(f, str) and '"audio"' in f]
+        end = json.loads(frames[-1])
+        if binary:
+            assert audio and not [f for f in as_text if f.get("type") == "audio"]
+            assert sum(len(decode_audio_frame(frame)[2]) for frame in audio) == end["audio_bytes"]
+        else:
+            chunks = [base64.b64decode(f["data"]) for f in as_text if f.get("type") == "audio"]
+            assert not audio and sum(map(len, chunks)) == end["audio_bytes"] > 0
+
+
+async def test_invocations_stream_the_seeds_events(runtime):
+    events = await invoke(runtime, {"prompt": WEATHER, "mode": "bidi", "voice": "af_heart"},
+                          session_id())  # fmt: skip
+    types = [event["type"] for event in events]
+    assert set(types) <= SEED_EVENTS  # a client written for the seed meets nothing new
+    assert types[0] == "agent_start" and types[-1] == "agent_end"
+    start = types.index("audio_stream_start")
+    assert types.count("audio_stream_start") == 1 and types.count("audio_stream_end") == 1
+    assert events[start] == {"type": "audio_stream_start", "format": "pcm16", "sample_rate": 24_000}
+    chunks = [i for i, kind in enumerate(types) if kind == "audio_chunk"]
+    assert chunks and start < chunks[0] and chunks[-1] < types.index("audio_stream_end")
+    audio = b"".join(base64.b64decode(events[i]["data"]) for i in chunks)
+    end = events[-1]
+    assert end["status"] == "complete" and end["audio_bytes"] == len(audio) > 24_000
+    text = "".join(event["text"] for event in events if event["type"] == "text_delta")
+    assert "weather" in text.lower() or len(text) > 40
+    # bidi: speech starts while the answer is still being written
+    assert start < max(i for i, kind in enumerate(types) if kind == "text_delta")
+
+
+async def test_invocations_refuse_a_bad_payload_with_the_seeds_error_event(runtime):
+    events = await invoke(runtime, {"mode": "bidi"})
+    assert events == [{"type": "error", "code": "missing_prompt", "message": events[0]["message"]}]
+    events = await invoke(runtime, {"prompt": "hi", "voice": "xx_nobody"})
+    assert [event["type"] for event in events] == ["error"]
+    assert events[0]["code"] == "unknown_voice"
+
+
+async def test_a_session_keeps_its_history_across_both_routes(runtime):
+    session = session_id()
+    await invoke(runtime, {"prompt": WEATHER, "mode": "batch"}, session)
+    async with connect(runtime.ws_url, additional_headers={SESSION_HEADER: session}) as socket:
+        await socket.send(json.dumps({"action": "history"}))
+        history = json.loads(await asyncio.wait_for(socket.recv(), 10))
+    assert history["type"] == "history"
+    assert [m["role"] for m in history["messages"]] == ["user", "assistant"]
+    assert history["messages"][0]["text"] == WEATHER
+    # another session knows nothing of it
+    async with connect(runtime.ws_url, additional_headers={SESSION_HEADER: session_id()}) as other:
+        await other.send(json.dumps({"action": "history"}))
+        assert json.loads(await asyncio.wait_for(other.recv(), 10))["messages"] == []
+
+
+async def test_a_barge_in_cuts_the_answer_to_what_was_heard(runtime):
+    session = session_id()
+    async with connect(runtime.ws_url, additional_headers={SESSION_HEADER: session}) as socket:
+        await socket.send(json.dumps({"action": "ask", "prompt": WEATHER, "turn_id": "first"}))
+        while True:  # the first audio: the listener hears it start
+            frame = await asyncio.wait_for(socket.recv(), 60)
+            if isinstance(frame, bytes):
+                break
+        await socket.send(json.dumps({"action": "ask", "prompt": "Hello, who are you?",
+                                      "turn_id": "second", "heard_ms": 300}))  # fmt: skip
+        ends = {}
+        while len(ends) < 2:
+            frame = await asyncio.wait_for(socket.recv(), 60)
+            if isinstance(frame, str) and (data := json.loads(frame))["type"] == "turn_end":
+                ends[data["turn_id"]] = data["status"]
+        assert ends == {"first": "cancelled", "second": "complete"}
+        await socket.send(json.dumps({"action": "history"}))
+        history = json.loads(await asyncio.wait_for(socket.recv(), 10))
+    texts = [message["text"] for message in history["messages"]]
+    assert texts[0] == WEATHER and texts[2] == "Hello, who are you?"
+    assert history["messages"][1]["interrupted"] is True
+
+
+async def test_a_caller_that_leaves_mid_answer_stops_its_turn(runtime):
+    session = session_id()
+    async with httpx.AsyncClient(timeout=60) as client, client.stream(
+        "POST", f"{runtime.base_url}/invocations",
+        json={"prompt": WEATHER}, headers={SESSION_HEADER: session},
+    ) as response:  # fmt: skip
+        decoder = SseDecoder()
+        async for chunk in response.aiter_bytes():
+            if any(e["type"] == "audio_chunk" for e in decoder.feed(chunk)):
+                break  # leave with the first audio
+    conversation = runtime.agentcore_app.state.conversations.of(session)
+    await until(lambda: conversation.active is None, "the turn stopped")
+    assert conversation.last_spoken is not None and conversation.last_spoken.cut
+    assert conversation.history[-1]["role"] == "assistant"
