@@ -176,3 +176,87 @@ async def test_a_caller_that_leaves_mid_answer_stops_its_turn(runtime):
     await until(lambda: conversation.active is None, "the turn stopped")
     assert conversation.last_spoken is not None and conversation.last_spoken.cut
     assert conversation.history[-1]["role"] == "assistant"
+
+
+def test_voicewire_up_front_door_agentcore_answers_ask_over_ws_and_sse(tmp_path):
+    """The commands a person types: ``voicewire up --front-door agentcore``, then ``voicewire
+    ask`` (over /ws) and ``voicewire ask --sse`` (the seed's client) against it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import wave
+
+    from conftest import free_port
+
+    port = free_port()
+    cli = [sys.executable, "-m", "voicewire_tools.cli"]
+    process = subprocess.Popen(
+        [*cli, "up", "--front-door", "agentcore", "--port", str(port),
+         "--speech-port", str(free_port()), "--runtime-port", str(free_port())],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ,
+    )  # fmt: skip
+    try:
+        lines = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and "Ctrl-C stops everything" not in "".join(lines):
+            lines.append(process.stdout.readline())
+        banner = "".join(lines)
+        assert f"invocations  http://127.0.0.1:{port}/invocations" in banner, banner
+        url = f"ws://127.0.0.1:{port}/ws"
+        for extra, first_audio in (([], "audio "), (["--sse"], "audio_chunk")):
+            out = tmp_path / f"answer{len(extra)}.wav"
+            asked = subprocess.run(
+                [*cli, "ask", WEATHER, "--url", url, "--out", str(out), *extra],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            assert asked.returncode == 0, asked.stdout + asked.stderr
+            assert first_audio in asked.stdout
+            with wave.open(str(out)) as answer:
+                assert answer.getframerate() == 24_000 and answer.getnframes() > 24_000
+        assert "per second of audio" in asked.stdout  # --sse: what base64 in JSON costs
+        refused = subprocess.run(
+            [*cli, "up", "--front-door", "agentcore", "--tokens", "--port", str(free_port())],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert refused.returncode != 0 and "AgentCore Runtime authenticates" in refused.stderr
+    finally:
+        process.send_signal(signal.SIGINT)
+        rest, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, rest
+    assert "Traceback" not in rest
+
+
+async def test_bench_ttfa_compares_the_seeds_modes_over_both_routes(runtime, tmp_path, capsys):
+    from voicewire_tools.bench import ttfa
+    from voicewire_tools.bench.machine import describe_machine
+
+    results = await ttfa.run_agentcore_trials(runtime.ws_url, runtime, ["short"], 1)
+    rows = results["short"]
+    assert set(rows) == {f"{m}/{t}" for m in ("seed_batch", "seed_bidi", "bidi")
+                         for t in ("ws", "sse")}  # fmt: skip
+    assert all(turns[0].status == "complete" and turns[0].audio for turns in rows.values())
+    assert {e.kind for e in rows["bidi/sse"][0].events} <= SEED_EVENTS
+    assert "sentence" in {e.kind for e in rows["bidi/ws"][0].events}
+    assert runtime.adapters.settings.baseline == "voicewire"  # switched back afterwards
+    data = ttfa.report(results, describe_machine({"engine": "onnx"}), 1)
+    data["front_door"] = "agentcore"
+    weight = {row: figures["bytes_per_audio_second"]["median"]
+              for row, figures in data["modes"].items()}  # fmt: skip
+    # binary PCM is 48,000 bytes a second plus its headers; base64 in JSON a third more
+    assert 48_000 < weight["bidi/ws"] < 50_000
+    assert weight["bidi/sse"] > 4 / 3 * 48_000
+    ttfa.print_report(data)
+    printed = capsys.readouterr().out
+    assert "bidi/ws vs seed_bidi/ws" in printed and "bidi/sse vs seed_batch/sse" in printed
+    picture = tmp_path / "ttfa.png"
+    ttfa.plot(results, picture)
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_only_ttfa_runs_on_the_agentcore_front_door():
+    from voicewire_tools.cli import main
+
+    with pytest.raises(SystemExit, match="apigateway front door only"):
+        main(["bench", "posts", "--front-door", "agentcore"])

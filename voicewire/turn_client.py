@@ -48,6 +48,9 @@ class TurnResult:
     errors: list[dict[str, Any]] = field(default_factory=list)
     # The turn had to be asked again with ?audio=base64: binary frames arrived as text (1007).
     fell_back_to_base64: bool = False
+    # What the turn's messages weighed (frames' payloads; an SSE response's body), for the
+    # cost of each transport per second of audio.
+    bytes_received: int = 0
 
     @property
     def status(self) -> str:
@@ -197,6 +200,7 @@ async def _collect(
     async with asyncio.timeout_at(deadline):
         async for frame in websocket:
             at = round((time.perf_counter() - sent) * 1000, 1)
+            result.bytes_received += len(frame if isinstance(frame, bytes) else frame.encode())
             if isinstance(frame, bytes):
                 turn, seq, payload = decode_audio_frame(frame)
                 if turn != current_turn:

@@ -112,6 +112,16 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     ask.add_argument("--token", help="the connection token, for a stack that requires one")
     ask.add_argument("--voice")
     ask.add_argument("--speed", type=float)
+    ask.add_argument(
+        "--sse", action="store_true",
+        help="ask as the seed's client does: POST /invocations of an AgentCore Runtime app "
+        "(voicewire up --front-door agentcore), its answer as server-sent events",
+    )  # fmt: skip
+    ask.add_argument(
+        "--session-id", metavar="ID",
+        help="with --sse: the AgentCore runtime session (33-256 characters) whose history the "
+        "answer follows (default: a new session)",
+    )  # fmt: skip
 
     demo = commands.add_parser(
         "demo", help="voicewire's bidi against the seed's pipeline: first text, first audio, total"
@@ -191,6 +201,13 @@ def run_benchmark(args: argparse.Namespace) -> None:
     from voicewire_tools.bench import BENCHMARKS
 
     module = importlib.import_module(BENCHMARKS[args.benchmark])
+    if args.front_door != "apigateway" and args.front_door not in getattr(
+        module, "FRONT_DOORS", ("apigateway",)
+    ):
+        sys.exit(
+            f"voicewire bench {args.benchmark}: runs on the apigateway front door only "
+            "(bench ttfa compares the agentcore one)"
+        )
     if args.url and not getattr(module, "RUNS_TURNS", True):
         sys.exit(
             f"voicewire bench {args.benchmark}: --url names a stack to run turns on; this "

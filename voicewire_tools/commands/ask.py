@@ -46,7 +46,23 @@ def timeline_line(event: TimedEvent) -> str:
                 f"{data['audio_bytes']:,} bytes"
             )
         case "error":
-            what = f"{data['code']}: {data['message']}"
+            what = f"{data.get('code')}: {data.get('message')}"
+        # the seed's server-sent events (voicewire ask --sse)
+        case "agent_start":
+            what = f"{data.get('mode', '')}, id {data.get('turn_id', '?')}"
+        case "audio_stream_start":
+            what = f"{data['format']} at {data['sample_rate']} Hz"
+        case "audio_chunk":
+            what = f"{data['bytes']:,} bytes"
+        case "audio_stream_end":
+            what = ""
+        case "agent_end":
+            timings = ", ".join(
+                f"{name.removesuffix('_ms')} {value:.0f} ms"
+                for name, value in (data.get("timings") or {}).items()
+                if value is not None
+            )
+            what = f"{data.get('status')}: {timings}; {data.get('audio_bytes', 0):,} bytes"
         case _:
             what = str(data)
     return f"{event.at_ms:9.1f} ms  {event.kind:<11} {what}"
@@ -86,6 +102,9 @@ def run(args: argparse.Namespace) -> None:
         return
     if args.prompt is None and args.speak is None:
         sys.exit("voicewire ask: give a PROMPT, --speak TEXT or --voices")
+    if args.sse:
+        _ask_over_sse(args)
+        return
     notices: list[str] = []
     received = [0]  # bytes of audio so far, for what Ctrl-C tells the server
 
@@ -120,4 +139,44 @@ def run(args: argparse.Namespace) -> None:
         out = Path(args.out)
         result.write_wav(out)
         print(f"audio: {len(result.audio) / 48_000:.2f} s written to {out}")
+    sys.exit(0 if result.status == "complete" else 1)
+
+
+def seed_payload(args: argparse.Namespace) -> dict[str, Any]:
+    """The seed's ``/invocations`` payload: ``{prompt, mode, voice, speed}`` (or ``text``)."""
+    payload: dict[str, Any] = {"prompt": args.prompt, "mode": args.mode}
+    if args.speak is not None:
+        payload = {"text": args.speak}
+    if args.voice:
+        payload["voice"] = args.voice
+    if args.speed is not None:
+        payload["speed"] = args.speed
+    return payload
+
+
+def _ask_over_sse(args: argparse.Namespace) -> None:
+    from voicewire.sse_turn import invocations_url, run_sse_turn
+
+    url = invocations_url(args.url)
+
+    def show(event: TimedEvent) -> None:
+        print(timeline_line(event), flush=True)
+
+    try:
+        result = asyncio.run(
+            run_sse_turn(url, seed_payload(args), show, session_id=args.session_id)
+        )
+    except KeyboardInterrupt:  # the request closes: the runtime stops the turn
+        sys.exit("voicewire ask: interrupted; the turn stopped with the request")
+    except (OSError, TimeoutError) as error:
+        sys.exit(f"voicewire ask: cannot reach {url}: {error}")
+    except Exception as error:
+        sys.exit(f"voicewire ask: {type(error).__name__}: {error}")
+    if result.audio:
+        out = Path(args.out)
+        result.write_wav(out)
+        seconds = len(result.audio) / 48_000
+        per_second = result.bytes_received / max(seconds, 1e-9)
+        print(f"audio: {seconds:.2f} s written to {out}; {result.bytes_received:,} bytes of "
+              f"events, {per_second:,.0f} per second of audio")  # fmt: skip
     sys.exit(0 if result.status == "complete" else 1)

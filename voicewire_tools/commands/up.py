@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import re
 import sys
@@ -19,6 +20,8 @@ def quiet_lambda_output(verbose: bool) -> None:
     if not verbose:
         os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
         os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
+        # The AgentCore SDK logs every invocation and async task at INFO, as JSON.
+        logging.getLogger("bedrock_agentcore").setLevel(logging.WARNING)
 
 
 def agent_choice(value: str) -> str:
@@ -32,6 +35,14 @@ def agent_choice(value: str) -> str:
 
 def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--front-door",
+        choices=["apigateway", "agentcore"],
+        default="apigateway",
+        help="what clients connect to: apigateway (the WebSocket API and its Lambda functions, "
+        "the default) or agentcore (the agent's Bedrock AgentCore Runtime container app: /ws, "
+        "/invocations as the seed's server-sent events, /ping)",
+    )
     parser.add_argument("--speech-port", type=int, default=8080)
     parser.add_argument(
         "--runtime-port",
@@ -122,6 +133,7 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         post_frames=args.post_frames,
         tool_latency_ms=args.tool_latency_ms,
         agent=args.agent,
+        front_door=getattr(args, "front_door", "apigateway"),
     )
 
 
@@ -142,6 +154,11 @@ def _speech_line(stack: object) -> str:
 
 
 def run(args: argparse.Namespace) -> None:
+    if args.front_door == "agentcore" and args.tokens:
+        sys.exit(
+            "voicewire up: --tokens is the API Gateway front door's connect ticket; AgentCore "
+            "Runtime authenticates its callers itself (SigV4 or OAuth: docs/deploy.md)"
+        )
     quiet_lambda_output(args.verbose)
     from voicewire_tools.local_stack.stack import LocalStack
 
@@ -168,6 +185,9 @@ def run(args: argparse.Namespace) -> None:
 
 def _print_addresses(stack: Any) -> None:
     options = stack.options
+    if options.front_door == "agentcore":
+        _print_agentcore_addresses(stack)
+        return
     llm = (
         f"Bedrock {options.bedrock_model_id}"
         if options.bedrock_model_id
@@ -193,6 +213,29 @@ def _print_addresses(stack: Any) -> None:
         f"{', '.join(stack.adapters.settings.tools) or 'none'}\n"
         f'\nTry: uv run voicewire ask "What is the release plan?"\n'
         '     uv run voicewire ask "What time is it in Paris?"  (a tool call)\n'
+        "Ctrl-C stops everything.",
+        flush=True,
+    )
+
+
+def _print_agentcore_addresses(stack: Any) -> None:
+    settings = stack.adapters.settings
+    llm = (
+        f"Bedrock {settings.bedrock_model_id}"
+        if stack.options.bedrock_model_id
+        else "replay of the recordings in events/llm"
+    )
+    print(
+        "\nvoicewire on the AgentCore Runtime app (functions/agentcore) is up\n"
+        f"  page         {stack.base_url}/\n"
+        f"  websocket    {stack.ws_url}  (voicewire's client protocol)\n"
+        f"  invocations  {stack.base_url}/invocations  (POST; the seed's server-sent events)\n"
+        f"  ping         {stack.base_url}/ping\n"
+        f"  speech       {_speech_line(stack)}\n"
+        f"  llm          {llm}\n"
+        f"  agent        {settings.agent}, tools: {', '.join(settings.tools) or 'none'}\n"
+        '\nTry: uv run voicewire ask "What is the release plan?"\n'
+        '     uv run voicewire ask --sse "What is the release plan?"  (as the seed\'s client)\n'
         "Ctrl-C stops everything.",
         flush=True,
     )
