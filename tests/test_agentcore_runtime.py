@@ -13,6 +13,7 @@ import uuid
 import httpx
 import pytest
 from polling import until
+from required_tools import needs
 from websockets.asyncio.client import connect
 
 from voicewire.client_protocol import decode_audio_frame
@@ -260,3 +261,30 @@ def test_only_ttfa_runs_on_the_agentcore_front_door():
 
     with pytest.raises(SystemExit, match="apigateway front door only"):
         main(["bench", "posts", "--front-door", "agentcore"])
+
+
+@needs("chromium")
+async def test_the_page_talks_to_the_agentcore_app_as_to_the_gateway(runtime):
+    """The page, served beside the AgentCore app, connects to its /ws by itself, speaks an
+    answer, and Stop cuts the next one (its history marked interrupted)."""
+    from test_browser_page import chromium_page, until, wait_open, wait_turn, watch_loads
+
+    errors: list[str] = []
+    async with chromium_page(errors) as page:
+        problems = watch_loads(page)
+        await page.goto(f"{runtime.base_url}/")
+        await wait_open(page)
+        assert await page.input_value("#url") == runtime.ws_url
+        await page.fill("#prompt", "Hello, who are you?")
+        await page.press("#prompt", "Enter")
+        await wait_turn(page, 1)
+        stats = await page.evaluate("() => ({...window.voicewireStats})")
+        assert stats["framesDecoded"] > 0 and stats["secondsScheduled"] > 2.0
+        await page.fill("#prompt", WEATHER)
+        await page.press("#prompt", "Enter")
+        await page.wait_for_selector("#transcript .word.speaking", timeout=120_000)
+        await page.click("#cancel")  # Stop
+        await wait_turn(page, 2, "cancelled")
+        await until(page, "document.querySelector('#memory li.interrupted')", within_ms=60_000)
+        assert await page.eval_on_selector_all("#memory li", "items => items.length") == 4
+    assert errors == [] and problems == []
