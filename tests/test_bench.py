@@ -481,3 +481,23 @@ def test_words_bench_reports_the_checks_and_the_first_audio_cost(onnx_engine):
     assert 0 < row["recognized"] <= len(words) and row["inside_share"] > row["shifted_share"]
     assert cost["with_ms"] > 0 and cost["without_ms"] > 0
     assert abs(cost["difference_ms"] - (cost["with_ms"] - cost["without_ms"])) <= 0.11
+
+
+async def test_the_seeds_turns_open_a_speech_session_each_as_the_seeds_agent_did(stack):
+    """A kept session carries the last turn's playback clock, and the speech server would cut a
+    seed turn's text early as if it continued that audio: the seed's turns never reuse one."""
+    from voicewire.turn_client import run_turn
+
+    speak = {"action": "speak", "text": "One short sentence."}
+    try:
+        stack.use_baseline("seed")
+        before = stack.runtime_counters.streams_opened
+        for _ in range(2):
+            assert (await run_turn(stack.ws_url, speak)).status == "complete"
+        assert stack.runtime_counters.streams_opened == before + 2
+    finally:
+        stack.use_baseline("voicewire")
+    before = stack.runtime_counters.streams_opened
+    for _ in range(2):
+        assert (await run_turn(stack.ws_url, speak)).status == "complete"
+    assert stack.runtime_counters.streams_opened <= before + 1  # voicewire keeps its session

@@ -20,8 +20,12 @@ def quiet_lambda_output(verbose: bool) -> None:
     if not verbose:
         os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "WARNING")
         os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
-        # The AgentCore SDK logs every invocation and async task at INFO, as JSON.
-        logging.getLogger("bedrock_agentcore").setLevel(logging.WARNING)
+        # The AgentCore SDK logs every invocation and async task at INFO, as JSON, on a logger
+        # it sets up itself (a handler, level INFO) only when nobody did: this one does.
+        sdk_logger = logging.getLogger("bedrock_agentcore.app")
+        if not sdk_logger.handlers:
+            sdk_logger.addHandler(logging.NullHandler())  # warnings still reach the root's
+        sdk_logger.setLevel(logging.WARNING)
 
 
 def agent_choice(value: str) -> str:

@@ -354,17 +354,29 @@ class LocalStack:
 
     def use_baseline(self, baseline: str) -> None:
         """Run the next turns as voicewire does ("voicewire") or as the seed did ("seed"):
-        ``voicewire bench ttfa`` interleaves both on one stack."""
+        ``voicewire bench ttfa`` interleaves both on one stack.
 
+        The seed's turns open a speech session each, as the seed's agent did per invocation. A
+        kept session would also carry the last turn's playback clock into the seed's turn, and
+        the speech server would then cut the seed's batch text early as if it continued that
+        audio (measured: the default answer's first audio at 6.0 s after a voicewire turn,
+        13.5 s after a seed one)."""
         self.adapters.settings = self.adapters.settings.changed(baseline=baseline)
+        self._use_session_policy(self.options.keep_speech_sessions and baseline != "seed")
 
     def keep_speech_sessions(self, keep: bool) -> None:
         """Let the worker keep a session warm between turns, or open one per turn."""
-        from functions.adapters.speech_sessions import SessionPolicy
-
         self.options.keep_speech_sessions = keep
         self._drop_kept_sessions()
+        self._use_session_policy(keep)
+
+    def _use_session_policy(self, keep: bool) -> None:
+        from functions.adapters.speech_sessions import SessionPolicy
+
         sessions = self.adapters.speech_sessions
+        if sessions.policy.keep_warm == keep:
+            return
+        self._drop_kept_sessions()
         sessions.policy = SessionPolicy(
             keep_warm=keep, max_idle_seconds=sessions.policy.max_idle_seconds
         )
