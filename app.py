@@ -15,7 +15,10 @@ the app has no SpeechModelCache stack and the endpoint mounts what the bucket al
 ``access_logs`` (``true``: the WebSocket stage's access logs, which need the account's API
 Gateway CloudWatch role; ``agent-infra deploy`` checks for it and sets this), ``binary_audio``
 (``true``: audio as binary frames by default, once ``agent-infra check`` has shown that the
-deployment carries them; else base64 text frames).
+deployment carries them; else base64 text frames), ``runtime`` (the agent's front door:
+``apigateway``, the default, the VoiceApi stack (WebSocket API and Lambda functions); or
+``agentcore``, the VoiceAgentRuntime stack (Bedrock AgentCore Runtime) instead of VoiceApi and
+VoicePage: docs/deploy.md).
 """
 
 import os
@@ -26,12 +29,14 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from stacks.agent_runtime import VoiceAgentRuntime
 from stacks.speech import EndpointSettings, SpeechEndpoint, SpeechFoundation
 from stacks.speech_model_cache import SpeechModelCache
 from stacks.voice_api import VoiceApi, VoiceApiSettings
 from stacks.voice_page import VoicePage
 
 DEFAULT_MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+RUNTIMES = ("apigateway", "agentcore")  # the agent's front doors (context ``runtime``)
 
 
 # Feature flags (also in cdk.json): server access logs are granted by a bucket policy, not the
@@ -101,6 +106,21 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
         ),
         knowledge_base_id=context("knowledge_base_id") or None,
     )
+    runtime = str(context("runtime") or "apigateway")
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime: expected one of {', '.join(RUNTIMES)}, not {runtime!r}")
+    if runtime == "agentcore":
+        # Instead of VoiceApi, not beside it: the Lambda bundle is not built for a synth that
+        # does not deploy it, and the page's client speaks to the API with a ticket, which
+        # AgentCore (SigV4) does not take. A VoiceApi stack already deployed is left as it is:
+        # CloudFormation stacks outside a synth are not touched.
+        if flag(context("page")):
+            raise ValueError(
+                "page=true needs the VoiceApi stack (the page connects with a ticket); "
+                "AgentCore Runtime takes SigV4 callers only"
+            )
+        VoiceAgentRuntime(app, "VoiceAgentRuntime", settings, env=env)
+        return app
     api = VoiceApi(app, "VoiceApi", settings, env=env)
     if flag(context("page")):
         VoicePage(app, "VoicePage", api, env=env)
