@@ -3,7 +3,9 @@
     uv run agent-infra deploy|diff|synth|destroy --bedrock-model-id ID [--endpoint-name NAME]
         [--allowed-origins https://app.example.com] [--with-page] [--binary-audio]
         [--create-api-logging-role] [--enable-model]
+    uv run agent-infra deploy|diff|synth|destroy --runtime agentcore --bedrock-model-id ID ...
     uv run agent-infra token [--ttl 120] [--principal NAME]
+    uv run agent-infra url --runtime-arn ARN [--region R] [--session-id S] [--expires 300]
     uv run agent-infra demo --url wss://... [--prompt ...] [--trials 3]
     uv run agent-infra check --url wss://abc123.execute-api.eu-west-1.amazonaws.com/prod \\
         [--token TOKEN] [--json report.json]
@@ -17,6 +19,11 @@ VoicePage, the browser page on CloudFront with the API's URL filled in (its ``Pa
 bidi-vs-batch comparison against the deployed API (a fresh ticket for each connection unless the
 URL has one).
 
+``--runtime agentcore`` acts on the VoiceAgentRuntime stack instead (Bedrock AgentCore Runtime,
+``stacks/agent_runtime.py``): no token secret, no API Gateway logging role; its callers sign
+their requests with SigV4 (IAM), so ``token`` has no meaning there, and ``url`` prints a
+presigned ``wss://`` URL of the runtime's ``/ws`` instead.
+
 ``check`` verifies from outside, in a few seconds, what only a real deployment can show
 (``voicewire_tools.commands.deployment_check``). It works against the local stack too
 (``--url ws://127.0.0.1:8000/ws``).
@@ -29,8 +36,10 @@ import asyncio
 import json
 import secrets
 import sys
+import uuid
 from collections.abc import Sequence
 from dataclasses import asdict
+from typing import Any, NoReturn
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
 from voicewire_tools.commands.account_readiness import (
@@ -44,6 +53,25 @@ from voicewire_tools.commands.demo import add_arguments as add_demo_arguments
 from voicewire_tools.commands.up import agent_choice
 from voicewire_tools.deployed_tickets import deployed_token, ticket_minter
 
+RUNTIMES = ("apigateway", "agentcore")  # app.py's context ``runtime``
+AGENTCORE_STACK = "VoiceAgentRuntime"
+AGENTCORE_ENDPOINT = "live"  # stacks/agent_runtime.py's ENDPOINT_NAME
+MAX_PRESIGNED_SECONDS = 300  # AgentCore's limit for a presigned /ws URL (the SDK enforces it)
+SESSION_ID_LENGTHS = (33, 256)  # X-Amzn-Bedrock-AgentCore-Runtime-Session-Id
+# Options of the WebSocket API that AgentCore Runtime has no counterpart for.
+API_ONLY_OPTIONS = {
+    "with_page": "--with-page (the page connects with a ticket; AgentCore takes SigV4 callers)",
+    "allowed_origins": "--allowed-origins (AgentCore authenticates each caller with SigV4)",
+    "create_api_logging_role": "--create-api-logging-role (no API Gateway stage here)",
+}
+AGENTCORE_AUTHENTICATION = (
+    "AgentCore Runtime takes no voicewire tickets: every caller signs with SigV4 as an IAM "
+    "principal allowed bedrock-agentcore:InvokeAgentRuntime on the runtime ARN and ARN/* "
+    "(InvokeAgentRuntimeWithWebSocketStream too for /ws). POST /invocations: boto3's "
+    "bedrock-agentcore invoke_agent_runtime; /ws: SigV4 headers or a presigned URL, which "
+    "`agent-infra url --runtime-arn ARN` prints"
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -51,7 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for action in ACTIONS:
-        infra = commands.add_parser(action, help=f"cdk {action} the VoiceApi stack")
+        infra = commands.add_parser(
+            action, help=f"cdk {action} the VoiceApi stack (or, --runtime agentcore, "
+            f"{AGENTCORE_STACK})",
+        )  # fmt: skip
+        add_runtime_argument(infra)
         infra.add_argument(
             "--bedrock-model-id", required=action != "destroy",
             help="the Bedrock model (or inference profile) the agent uses",
@@ -99,13 +131,40 @@ def build_parser() -> argparse.ArgumentParser:
         "--ttl", type=int, default=120, help="seconds the ticket stays valid (at most 600)"
     )
     token.add_argument("--principal", default="agent-infra", help="who the token names")
+    add_runtime_argument(token)
+    url = commands.add_parser(
+        "url",
+        help="a SigV4-presigned wss:// URL of an AgentCore runtime's /ws (--runtime agentcore)",
+    )
+    url.add_argument(
+        "--runtime-arn", required=True, type=runtime_arn,
+        help="the runtime's ARN (the VoiceAgentRuntime stack's RuntimeArn output)",
+    )  # fmt: skip
+    url.add_argument("--region", help="where the runtime is (default: the ARN's region)")
+    url.add_argument(
+        "--session-id", type=session_id,
+        help="the runtime session to open or rejoin, 33 to 256 characters (default: a new one)",
+    )  # fmt: skip
+    url.add_argument(
+        "--expires", type=presigned_seconds, default=MAX_PRESIGNED_SECONDS,
+        help=f"seconds the URL may be used to connect (at most {MAX_PRESIGNED_SECONDS})",
+    )  # fmt: skip
+    url.add_argument(
+        "--qualifier", default=AGENTCORE_ENDPOINT,
+        help=f"the runtime endpoint (default {AGENTCORE_ENDPOINT}, the stack's; DEFAULT is the "
+        "service's own)",
+    )  # fmt: skip
     demo = commands.add_parser("demo", help="voicewire demo's bidi vs batch on a deployed API")
     add_demo_arguments(demo, own_stack=False)
+    # --url or --runtime-arn: argparse cannot say "one of", so main checks that one is given.
+    demo._option_string_actions["--url"].required = False
+    add_runtime_arn_argument(demo)
     check = commands.add_parser(
         "check",
         help="check a deployed WebSocket API: audio frame type, first audio, bidi vs batch",
     )
-    check.add_argument("--url", required=True, help="the API's wss:// URL (the stage URL)")
+    check.add_argument("--url", help="the API's wss:// URL (the stage URL)")
+    add_runtime_arn_argument(check)
     check.add_argument("--token", help="a connection token, if the API requires one")
     check.add_argument("--prompt", help="the question for the ask turns")
     check.add_argument("--json", help="also write the report to this file")
@@ -113,6 +172,57 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 ACTIONS = ("deploy", "diff", "synth", "destroy")
+
+
+def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--runtime", choices=RUNTIMES, default="apigateway",
+        help="the agent's front door: apigateway (the WebSocket API and Lambda, default) or "
+        "agentcore (Bedrock AgentCore Runtime)",
+    )  # fmt: skip
+
+
+def add_runtime_arn_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--runtime-arn", type=runtime_arn,
+        help="an AgentCore runtime instead of --url (not supported yet: says what is)",
+    )  # fmt: skip
+
+
+def runtime_arn(value: str) -> str:
+    """``arn:<partition>:bedrock-agentcore:<region>:<account>:runtime/<id>``, checked."""
+    parts = value.split(":")
+    if (
+        len(parts) != 6
+        or parts[0] != "arn"
+        or parts[2] != "bedrock-agentcore"
+        or not all(parts[3:5])
+        or not parts[5].startswith("runtime/")
+        or parts[5] == "runtime/"
+    ):
+        raise argparse.ArgumentTypeError(
+            f"not an AgentCore runtime ARN: {value!r} (expected "
+            "arn:aws:bedrock-agentcore:REGION:ACCOUNT:runtime/ID, the stack's RuntimeArn output)"
+        )
+    return value
+
+
+def session_id(value: str) -> str:
+    low, high = SESSION_ID_LENGTHS
+    if not low <= len(value) <= high:
+        raise argparse.ArgumentTypeError(
+            f"a runtime session id has {low} to {high} characters, not {len(value)}"
+        )
+    return value
+
+
+def presigned_seconds(value: str) -> int:
+    seconds = int(value)
+    if not 1 <= seconds <= MAX_PRESIGNED_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"AgentCore takes a presigned URL for 1 to {MAX_PRESIGNED_SECONDS} seconds"
+        )
+    return seconds
 
 
 def ensure_token_secret(region: str) -> bool:
@@ -134,6 +244,11 @@ def ensure_token_secret(region: str) -> bool:
 def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The stacks an infra command acts on, and the context it gives the app."""
     context = {}
+    if args.runtime == "agentcore":
+        given = [words for option, words in API_ONLY_OPTIONS.items() if getattr(args, option)]
+        if given:
+            raise InfraError(f"not for --runtime agentcore: {'; '.join(given)}")
+        context["runtime"] = "agentcore"
     if args.bedrock_model_id:
         context["bedrock_model_id"] = args.bedrock_model_id
     if args.endpoint_name:
@@ -148,6 +263,8 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         context["tools"] = args.tools
     if args.knowledge_base_id:
         context["knowledge_base_id"] = args.knowledge_base_id
+    if args.runtime == "agentcore":
+        return [AGENTCORE_STACK], context
     stacks = ["VoiceApi"]
     if args.with_page:
         context["page"] = "true"
@@ -162,6 +279,11 @@ def infra(args: argparse.Namespace) -> int:
     if args.command in ("deploy", "diff"):
         check_node()
         account, region = check_account()
+        if args.runtime == "agentcore":
+            # No token secret and no stage: only the model's readiness concerns this stack.
+            findings = model_findings(args, boto3_session(region))
+            print(render(account, region, findings))
+            return run_cdk(args.command, stacks, context, needs_account=needs_account)
         if args.command == "deploy" and ensure_token_secret(region):
             print(f"created the token secret {TOKEN_SECRET_PARAMETER} (SSM SecureString)")
         findings = account_findings(args, region)
@@ -173,16 +295,78 @@ def infra(args: argparse.Namespace) -> int:
 def account_findings(args: argparse.Namespace, region: str) -> list[Finding]:
     """What the account has and still needs (``account_readiness``); the first is the logging
     role, which decides the stage's access logs. Only ``deploy`` creates or invokes anything."""
-    import boto3
-
-    session = boto3.Session(region_name=region)
+    session = boto3_session(region)
     deploying = args.command == "deploy"
     findings = [api_logging_role(session, create=deploying and args.create_api_logging_role)]
-    if args.bedrock_model_id:
-        findings += model_access(
-            session, args.bedrock_model_id, enable=deploying and args.enable_model
+    return findings + model_findings(args, session)
+
+
+def boto3_session(region: str | None) -> Any:
+    import boto3
+
+    return boto3.Session(region_name=region)
+
+
+def model_findings(args: argparse.Namespace, session: Any) -> list[Finding]:
+    """The Bedrock model's readiness; only ``deploy --enable-model`` invokes it."""
+    if not args.bedrock_model_id:
+        return []
+    enable = args.command == "deploy" and args.enable_model
+    return model_access(session, args.bedrock_model_id, enable=enable)
+
+
+def presigned_websocket_url(
+    arn: str,
+    region: str | None = None,
+    session: str | None = None,
+    expires: int = MAX_PRESIGNED_SECONDS,
+    qualifier: str = AGENTCORE_ENDPOINT,
+    boto_session: Any = None,
+) -> tuple[str, str]:
+    """A SigV4-presigned ``wss://`` URL of the runtime's ``/ws`` and the runtime session it
+    opens: the SDK's ``AgentCoreRuntimeClient.generate_presigned_url``, which puts the session
+    id and the qualifier in the signed query. Signed here, with this machine's credentials;
+    nothing is sent."""
+    from bedrock_agentcore.runtime import AgentCoreRuntimeClient
+
+    region = region or arn.split(":")[3]
+    session = session or str(uuid.uuid4())  # 36 characters
+    boto_session = boto_session or boto3_session(region)
+    if boto_session.get_credentials() is None:
+        raise InfraError(
+            "no AWS credentials to sign with: set AWS_PROFILE, or run `aws configure` or "
+            "`aws sso login`, then run this again"
         )
-    return findings
+    client = AgentCoreRuntimeClient(region=region, session=boto_session)
+    url = client.generate_presigned_url(
+        arn, session_id=session, endpoint_name=qualifier, expires=expires
+    )
+    return url, session
+
+
+def print_presigned_url(args: argparse.Namespace) -> None:
+    url, session = presigned_websocket_url(
+        args.runtime_arn, args.region, args.session_id, args.expires, args.qualifier
+    )
+    print(url)
+    # On stderr: `$(agent-infra url ...)` takes the URL alone.
+    print(
+        f"runtime session {session}; connect within {args.expires} s (the session then lasts "
+        "until it is idle 15 minutes, at most 8 hours)",
+        file=sys.stderr,
+    )
+
+
+def refuse_runtime_arn(command: str) -> NoReturn:
+    """check and demo against AgentCore: said, not half-done."""
+    sys.exit(
+        f"agent-infra {command} --runtime-arn: not supported yet. Its connections add query "
+        "parameters (audio=..., a ticket) to the URL, and a presigned URL must carry them "
+        "when it is signed, one signature per connection: that hook is not built. What works "
+        "now: `agent-infra url --runtime-arn ARN` prints a presigned wss:// URL of the "
+        "runtime's /ws for any WebSocket client (voicewire's protocol), and POST /invocations "
+        "takes the seed's payload through boto3's bedrock-agentcore invoke_agent_runtime."
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -191,8 +375,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.command in ACTIONS:
             sys.exit(infra(args))
         if args.command == "token":
+            if args.runtime == "agentcore":
+                sys.exit(f"agent-infra token: no token for --runtime agentcore. "
+                         f"{AGENTCORE_AUTHENTICATION}.")  # fmt: skip
             print(deployed_token(args.ttl, args.principal))
             return
+        if args.command == "url":
+            print_presigned_url(args)
+            return
+        if args.command in ("demo", "check") and args.runtime_arn:
+            refuse_runtime_arn(args.command)
+        if args.command in ("demo", "check") and not args.url:
+            build_parser().error(f"{args.command} needs --url (the API's wss:// URL)")
         if args.command == "demo":
             from voicewire_tools.commands import demo
 
