@@ -1,0 +1,164 @@
+"""``agent-infra`` with ``--runtime agentcore``: the stack and context it gives the CDK, what it
+refuses, and ``agent-infra url``'s presigned ``/ws`` URL, signed offline with fake credentials."""
+
+from __future__ import annotations
+
+import datetime
+from urllib.parse import parse_qs, quote, urlsplit
+
+import boto3
+import pytest
+from test_infra_cli import deploys  # noqa: F401 (the fixture: deploy up to the CDK CLI)
+
+from functions.auth_tokens import TOKEN_SECRET_PARAMETER
+from voicewire_tools.commands import agent_infra
+from voicewire_tools.commands.cdk_runner import InfraError
+
+ARN = "arn:aws:bedrock-agentcore:eu-west-1:123456789012:runtime/voicewire_agent-AbCdEf1234"
+SESSION = "voicewire-session-0123456789abcdef0123"  # 38 characters
+
+
+def parse(*argv: str):
+    return agent_infra.build_parser().parse_args(list(argv))
+
+
+def test_agentcore_acts_on_its_own_stack_with_the_agents_context():
+    deploy = parse("deploy", "--runtime", "agentcore", "--bedrock-model-id", "m",
+                   "--knowledge-base-id", "KB1", "--binary-audio")  # fmt: skip
+    assert agent_infra.plan(deploy) == (
+        ["VoiceAgentRuntime"],
+        {"runtime": "agentcore", "bedrock_model_id": "m", "knowledge_base_id": "KB1",
+         "binary_audio": "true"},
+    )  # fmt: skip
+    destroy = parse("destroy", "--runtime", "agentcore")
+    assert agent_infra.plan(destroy) == (["VoiceAgentRuntime"], {"runtime": "agentcore"})
+    # The default is the WebSocket API, as before.
+    assert agent_infra.plan(parse("deploy", "--bedrock-model-id", "m"))[0] == ["VoiceApi"]
+
+
+@pytest.mark.parametrize(
+    "option", [["--with-page"], ["--allowed-origins", "https://a.example"],
+               ["--create-api-logging-role"]],
+)  # fmt: skip
+def test_the_apis_own_options_are_refused_for_agentcore(option):
+    args = parse("deploy", "--runtime", "agentcore", "--bedrock-model-id", "m", *option)
+    with pytest.raises(InfraError, match=f"not for --runtime agentcore: {option[0]}"):
+        agent_infra.plan(args)
+
+
+def test_deploy_checks_the_model_and_makes_no_token_secret(deploys, capsys):  # noqa: F811
+    model = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+    with pytest.raises(SystemExit) as exited:
+        agent_infra.main(["deploy", "--runtime", "agentcore", "--bedrock-model-id", model])
+    assert exited.value.code == 0
+    ((action, stacks, context),) = deploys
+    assert (action, stacks) == ("deploy", ["VoiceAgentRuntime"])
+    assert context == {"runtime": "agentcore", "bedrock_model_id": model}  # no access_logs
+    said = capsys.readouterr().out
+    assert f"NEED  Bedrock model {model}: not subscribed yet" in said
+    assert "API Gateway CloudWatch role" not in said
+    ssm = boto3.client("ssm", region_name="us-east-1")
+    with pytest.raises(ssm.exceptions.ParameterNotFound):
+        ssm.get_parameter(Name=TOKEN_SECRET_PARAMETER)
+
+
+def test_token_says_how_a_caller_authenticates_to_agentcore(capsys):
+    with pytest.raises(SystemExit) as exited:
+        agent_infra.main(["token", "--runtime", "agentcore"])
+    message = str(exited.value.code)
+    assert "SigV4" in message and "bedrock-agentcore:InvokeAgentRuntime" in message
+    assert "presigned URL" in message and "agent-infra url --runtime-arn" in message
+    assert capsys.readouterr().out == ""  # no token printed
+
+
+@pytest.mark.parametrize("command", ["check", "demo"])
+def test_check_and_demo_say_what_agentcore_supports_instead_of_failing_later(command):
+    with pytest.raises(SystemExit) as exited:
+        agent_infra.main([command, "--runtime-arn", ARN])
+    message = str(exited.value.code)
+    assert f"agent-infra {command} --runtime-arn: not supported yet" in message
+    assert "agent-infra url --runtime-arn ARN" in message
+    with pytest.raises(SystemExit) as exited:  # neither: argparse's error, status 2
+        agent_infra.main([command])
+    assert exited.value.code == 2
+
+
+@pytest.fixture
+def fake_credentials(monkeypatch):
+    """Credentials that sign but reach nothing, and a fixed clock for the signature."""
+    import botocore.auth
+
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
+    }.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    moment = datetime.datetime(2026, 12, 4, 6, 0, 0, tzinfo=datetime.UTC)
+    monkeypatch.setattr(botocore.auth, "get_current_datetime", lambda: moment)
+
+
+def presigned(capsys, *extra: str) -> str:
+    agent_infra.main(["url", "--runtime-arn", ARN, *extra])
+    captured = capsys.readouterr()
+    return captured.out.strip()
+
+
+def test_url_prints_a_sigv4_presigned_wss_url_of_the_runtimes_ws(fake_credentials, capsys):
+    url = presigned(capsys, "--session-id", SESSION, "--expires", "120")
+    parts = urlsplit(url)
+    assert (parts.scheme, parts.hostname) == ("wss", "bedrock-agentcore.eu-west-1.amazonaws.com")
+    assert parts.path == f"/runtimes/{quote(ARN, safe='')}/ws"
+    query = {name: values[0] for name, values in parse_qs(parts.query).items()}
+    assert query["qualifier"] == "live"
+    assert query["X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"] == SESSION
+    assert query["X-Amz-Algorithm"] == "AWS4-HMAC-SHA256"
+    assert (
+        query["X-Amz-Credential"] == "AKIDEXAMPLE/20261204/eu-west-1/bedrock-agentcore/aws4_request"
+    )
+    assert (query["X-Amz-Date"], query["X-Amz-Expires"]) == ("20261204T060000Z", "120")
+    assert query["X-Amz-SignedHeaders"] == "host"
+    assert len(query["X-Amz-Signature"]) == 64
+    # The session id and the qualifier are signed: another gives another signature, the same
+    # gives the same (the clock is fixed).
+    assert presigned(capsys, "--session-id", SESSION, "--expires", "120") == url
+    other = presigned(capsys, "--session-id", SESSION[::-1], "--expires", "120")
+    assert parse_qs(urlsplit(other).query)["X-Amz-Signature"][0] != query["X-Amz-Signature"]
+    default = presigned(capsys, "--session-id", SESSION, "--expires", "120", "--qualifier",
+                        "DEFAULT")  # fmt: skip
+    assert parse_qs(urlsplit(default).query)["X-Amz-Signature"][0] != query["X-Amz-Signature"]
+
+
+def test_url_opens_a_new_session_by_default_and_says_which(fake_credentials, capsys):
+    agent_infra.main(["url", "--runtime-arn", ARN, "--region", "us-west-2"])
+    captured = capsys.readouterr()
+    query = parse_qs(urlsplit(captured.out.strip()).query)
+    session = query["X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"][0]
+    assert 33 <= len(session) <= 256 and f"runtime session {session}" in captured.err
+    assert query["X-Amz-Expires"] == ["300"]
+    assert urlsplit(captured.out).hostname == "bedrock-agentcore.us-west-2.amazonaws.com"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--runtime-arn", "arn:aws:lambda:eu-west-1:123456789012:function:f"],
+     ["--runtime-arn", ARN, "--expires", "301"],
+     ["--runtime-arn", ARN, "--session-id", "too-short"]],
+)  # fmt: skip
+def test_url_refuses_what_agentcore_would(argv, capsys):
+    with pytest.raises(SystemExit) as exited:
+        agent_infra.main(["url", *argv])
+    assert exited.value.code == 2
+    assert "error: argument" in capsys.readouterr().err
+
+
+def test_url_without_credentials_says_so(monkeypatch):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    with pytest.raises(SystemExit) as exited:
+        agent_infra.main(["url", "--runtime-arn", ARN])
+    assert "agent-infra url: no AWS credentials to sign with" in str(exited.value.code)
