@@ -71,8 +71,8 @@ def test_token_says_how_a_caller_authenticates_to_agentcore(capsys):
     assert capsys.readouterr().out == ""  # no token printed
 
 
-@pytest.mark.parametrize("command", ["check", "demo"])
-def test_check_and_demo_say_what_agentcore_supports_instead_of_failing_later(command):
+@pytest.mark.parametrize("command", ["check"])
+def test_check_says_what_agentcore_supports_instead_of_failing_later(command):
     with pytest.raises(SystemExit) as exited:
         agent_infra.main([command, "--runtime-arn", ARN])
     message = str(exited.value.code)
@@ -162,3 +162,27 @@ def test_url_without_credentials_says_so(monkeypatch):
     with pytest.raises(SystemExit) as exited:
         agent_infra.main(["url", "--runtime-arn", ARN])
     assert "agent-infra url: no AWS credentials to sign with" in str(exited.value.code)
+
+
+def test_demo_runs_on_a_runtime_with_a_presigned_url_per_connection(fake_credentials, monkeypatch):
+    from voicewire_tools.commands import demo
+
+    ran = []
+    monkeypatch.setattr(demo, "run", ran.append)
+    agent_infra.main(["demo", "--runtime-arn", ARN, "--trials", "1"])
+    (args,) = ran
+    assert callable(args.url) and args.ticket_minter is None
+    assert ARN in str(args.url)  # what the demo prints as its target
+    first, second = args.url(), args.url()
+    sessions = set()
+    for url in (first, second):
+        query = {name: values[0] for name, values in parse_qs(urlsplit(url).query).items()}
+        assert query["audio"] == "base64"  # in the signed query: nothing is added after
+        assert (
+            query["X-Amz-Algorithm"] == "AWS4-HMAC-SHA256" and len(query["X-Amz-Signature"]) == 64
+        )
+        sessions.add(query["X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"])
+    assert len(sessions) == 2  # a new runtime session per connection
+    with pytest.raises(SystemExit) as exited:  # neither --url nor --runtime-arn
+        agent_infra.main(["demo"])
+    assert exited.value.code == 2

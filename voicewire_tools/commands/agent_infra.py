@@ -38,7 +38,7 @@ import secrets
 import sys
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any, NoReturn
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
@@ -158,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_arguments(demo, own_stack=False)
     # --url or --runtime-arn: argparse cannot say "one of", so main checks that one is given.
     demo._option_string_actions["--url"].required = False
-    add_runtime_arn_argument(demo)
+    add_runtime_arn_argument(demo, supported=True)
     check = commands.add_parser(
         "check",
         help="check a deployed WebSocket API: audio frame type, first audio, bidi vs batch",
@@ -182,10 +182,12 @@ def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def add_runtime_arn_argument(parser: argparse.ArgumentParser) -> None:
+def add_runtime_arn_argument(parser: argparse.ArgumentParser, supported: bool = False) -> None:
     parser.add_argument(
         "--runtime-arn", type=runtime_arn,
-        help="an AgentCore runtime instead of --url (not supported yet: says what is)",
+        help="an AgentCore runtime instead of --url (its /ws, a presigned URL per connection)"
+        if supported else "an AgentCore runtime instead of --url (not supported yet: says what "
+        "is)",
     )  # fmt: skip
 
 
@@ -322,6 +324,7 @@ def presigned_websocket_url(
     expires: int = MAX_PRESIGNED_SECONDS,
     qualifier: str = AGENTCORE_ENDPOINT,
     boto_session: Any = None,
+    query: dict[str, str] | None = None,
 ) -> tuple[str, str]:
     """A SigV4-presigned ``wss://`` URL of the runtime's ``/ws`` and the runtime session it
     opens: the SDK's ``AgentCoreRuntimeClient.generate_presigned_url``, which puts the session
@@ -339,9 +342,33 @@ def presigned_websocket_url(
         )
     client = AgentCoreRuntimeClient(region=region, session=boto_session)
     url = client.generate_presigned_url(
-        arn, session_id=session, endpoint_name=qualifier, expires=expires
+        arn, session_id=session, endpoint_name=qualifier, expires=expires, custom_headers=query
     )
     return url, session
+
+
+@dataclass
+class PresignedConnections:
+    """A fresh presigned ``/ws`` URL for each connection (voicewire's ``ConnectionUrl``: a
+    function giving one per connection), each a new runtime session. The audio delivery goes
+    in the signed query: a parameter added after signing would break the signature, so the
+    client's fallback to base64 could not add it; AgentCore's default delivery is base64 anyway
+    until binary frames are proven there."""
+
+    arn: str
+    region: str | None = None
+    qualifier: str = AGENTCORE_ENDPOINT
+    boto_session: Any = None
+
+    def __call__(self) -> str:
+        url, _ = presigned_websocket_url(
+            self.arn, self.region, qualifier=self.qualifier, boto_session=self.boto_session,
+            query={"audio": "base64"},
+        )  # fmt: skip
+        return url
+
+    def __str__(self) -> str:
+        return f"AgentCore runtime {self.arn} (a presigned /ws URL per connection)"
 
 
 def print_presigned_url(args: argparse.Namespace) -> None:
@@ -358,7 +385,7 @@ def print_presigned_url(args: argparse.Namespace) -> None:
 
 
 def refuse_runtime_arn(command: str) -> NoReturn:
-    """check and demo against AgentCore: said, not half-done."""
+    """check against AgentCore: said, not half-done."""
     sys.exit(
         f"agent-infra {command} --runtime-arn: not supported yet. Its connections add query "
         "parameters (audio=..., a ticket) to the URL, and a presigned URL must carry them "
@@ -383,7 +410,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         if args.command == "url":
             print_presigned_url(args)
             return
-        if args.command in ("demo", "check") and args.runtime_arn:
+        if args.command == "demo" and args.runtime_arn:
+            from voicewire_tools.commands import demo
+
+            presigned = PresignedConnections(args.runtime_arn)
+            presigned()  # signs once now: no credentials is one line, before any turn
+            args.url, args.ticket_minter = presigned, None
+            demo.run(args)
+            return
+        if args.command == "check" and args.runtime_arn:
             refuse_runtime_arn(args.command)
         if args.command in ("demo", "check") and not args.url:
             build_parser().error(f"{args.command} needs --url (the API's wss:// URL)")

@@ -240,7 +240,7 @@ def run(args: argparse.Namespace) -> None:
     announce(args, modes, links)
     try:
         with stop_on_signals("voicewire demo"), target(args.url, args) as (url, stack):
-            where = f"speech link {', '.join(links)}" if stack is not None else url
+            where = f"speech link {', '.join(links)}" if stack is not None else str(url)
             print(f"prompt: {args.prompt!r} ({where})", flush=True)
             urls = ticketed(url, getattr(args, "ticket_minter", None))  # agent-infra demo's
             results = asyncio.run(run_trials(urls, args.prompt, args.trials, links, stack, modes))
