@@ -71,18 +71,6 @@ def test_token_says_how_a_caller_authenticates_to_agentcore(capsys):
     assert capsys.readouterr().out == ""  # no token printed
 
 
-@pytest.mark.parametrize("command", ["check"])
-def test_check_says_what_agentcore_supports_instead_of_failing_later(command):
-    with pytest.raises(SystemExit) as exited:
-        agent_infra.main([command, "--runtime-arn", ARN])
-    message = str(exited.value.code)
-    assert f"agent-infra {command} --runtime-arn: not supported yet" in message
-    assert "agent-infra url --runtime-arn ARN" in message
-    with pytest.raises(SystemExit) as exited:  # neither: argparse's error, status 2
-        agent_infra.main([command])
-    assert exited.value.code == 2
-
-
 @pytest.fixture
 def fake_credentials(monkeypatch):
     """Credentials that sign but reach nothing, and a fixed clock for the signature."""
@@ -186,3 +174,23 @@ def test_demo_runs_on_a_runtime_with_a_presigned_url_per_connection(fake_credent
     with pytest.raises(SystemExit) as exited:  # neither --url nor --runtime-arn
         agent_infra.main(["demo"])
     assert exited.value.code == 2
+
+
+def test_check_runs_on_a_runtime_with_its_query_signed_into_each_url(fake_credentials, monkeypatch):
+    from voicewire_tools.commands import deployment_check
+
+    checked = {}
+
+    async def fake_check(url, token=None, prompt="", mint=None, connection_url=None):
+        checked.update(url=url, connection_url=connection_url)
+        raise deployment_check.CheckFailed("stopped here: nothing is reached offline")
+
+    monkeypatch.setattr(deployment_check, "check", fake_check)
+    with pytest.raises(SystemExit, match="stopped here"):
+        agent_infra.main(["check", "--runtime-arn", ARN])
+    assert ARN in checked["url"]
+    url = checked["connection_url"]({"audio": "binary"})
+    query = {name: values[0] for name, values in parse_qs(urlsplit(url).query).items()}
+    assert query["audio"] == "binary" and len(query["X-Amz-Signature"]) == 64
+    plain = checked["connection_url"]({})
+    assert "audio" not in parse_qs(urlsplit(plain).query)

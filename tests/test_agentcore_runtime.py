@@ -288,3 +288,23 @@ async def test_the_page_talks_to_the_agentcore_app_as_to_the_gateway(runtime):
         await until(page, "document.querySelector('#memory li.interrupted')", within_ms=60_000)
         assert await page.eval_on_selector_all("#memory li", "items => items.length") == 4
     assert errors == [] and problems == []
+
+
+async def test_the_deployment_check_passes_against_the_agentcore_app(runtime):
+    """``agent-infra check --runtime-arn``'s check, each connection's URL made from its query
+    (there presigned; here the local /ws), against the AgentCore app: binary frames carried,
+    a speak, and an ask in bidi and batch, all complete."""
+    from voicewire.turn_client import with_query
+    from voicewire_tools.commands.deployment_check import check
+
+    asked = []
+
+    def connection_url(query: dict[str, str]) -> str:
+        asked.append(query)
+        return with_query(runtime.ws_url, **query)
+
+    report = await check("the local AgentCore app", connection_url=connection_url)
+    assert report.ok, report.problems
+    assert report.binary_audio and report.default_delivery == "binary"
+    assert report.bidi.first_audio_ms < report.batch.first_audio_ms
+    assert len(asked) == 3  # the speak (binary by default) and both asks: one URL each

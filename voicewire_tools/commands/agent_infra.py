@@ -6,9 +6,10 @@
     uv run agent-infra deploy|diff|synth|destroy --runtime agentcore --bedrock-model-id ID ...
     uv run agent-infra token [--ttl 120] [--principal NAME]
     uv run agent-infra url --runtime-arn ARN [--region R] [--session-id S] [--expires 300]
-    uv run agent-infra demo --url wss://... [--prompt ...] [--trials 3]
+    uv run agent-infra demo --url wss://... | --runtime-arn ARN [--prompt ...] [--trials 3]
     uv run agent-infra check --url wss://abc123.execute-api.eu-west-1.amazonaws.com/prod \\
         [--token TOKEN] [--json report.json]
+    uv run agent-infra check --runtime-arn ARN [--json report.json]
 
 ``deploy`` makes the token secret (an SSM SecureString, which CloudFormation cannot create) if
 the account has none yet, says what the account has and still needs (``account_readiness``: the
@@ -22,7 +23,8 @@ URL has one).
 ``--runtime agentcore`` acts on the VoiceAgentRuntime stack instead (Bedrock AgentCore Runtime,
 ``stacks/agent_runtime.py``): no token secret, no API Gateway logging role; its callers sign
 their requests with SigV4 (IAM), so ``token`` has no meaning there, and ``url`` prints a
-presigned ``wss://`` URL of the runtime's ``/ws`` instead.
+presigned ``wss://`` URL of the runtime's ``/ws`` instead; ``demo`` and ``check`` take
+``--runtime-arn`` and sign a URL per connection, its query (``audio=``) inside the signature.
 
 ``check`` verifies from outside, in a few seconds, what only a real deployment can show
 (``voicewire_tools.commands.deployment_check``). It works against the local stack too
@@ -39,7 +41,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
 from voicewire_tools.commands.account_readiness import (
@@ -158,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_arguments(demo, own_stack=False)
     # --url or --runtime-arn: argparse cannot say "one of", so main checks that one is given.
     demo._option_string_actions["--url"].required = False
-    add_runtime_arn_argument(demo, supported=True)
+    add_runtime_arn_argument(demo)
     check = commands.add_parser(
         "check",
         help="check a deployed WebSocket API: audio frame type, first audio, bidi vs batch",
@@ -182,12 +184,10 @@ def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def add_runtime_arn_argument(parser: argparse.ArgumentParser, supported: bool = False) -> None:
+def add_runtime_arn_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runtime-arn", type=runtime_arn,
-        help="an AgentCore runtime instead of --url (its /ws, a presigned URL per connection)"
-        if supported else "an AgentCore runtime instead of --url (not supported yet: says what "
-        "is)",
+        help="an AgentCore runtime instead of --url: its /ws, a presigned URL per connection",
     )  # fmt: skip
 
 
@@ -361,9 +361,13 @@ class PresignedConnections:
     boto_session: Any = None
 
     def __call__(self) -> str:
+        return self.with_query({"audio": "base64"})
+
+    def with_query(self, query: dict[str, str]) -> str:
+        """A new session's URL, ``query`` signed in (``agent-infra check``'s ``audio=``)."""
         url, _ = presigned_websocket_url(
             self.arn, self.region, qualifier=self.qualifier, boto_session=self.boto_session,
-            query={"audio": "base64"},
+            query=query or None,
         )  # fmt: skip
         return url
 
@@ -381,18 +385,6 @@ def print_presigned_url(args: argparse.Namespace) -> None:
         f"runtime session {session}; connect within {args.expires} s (the session then lasts "
         "until it is idle 15 minutes, at most 8 hours)",
         file=sys.stderr,
-    )
-
-
-def refuse_runtime_arn(command: str) -> NoReturn:
-    """check against AgentCore: said, not half-done."""
-    sys.exit(
-        f"agent-infra {command} --runtime-arn: not supported yet. Its connections add query "
-        "parameters (audio=..., a ticket) to the URL, and a presigned URL must carry them "
-        "when it is signed, one signature per connection: that hook is not built. What works "
-        "now: `agent-infra url --runtime-arn ARN` prints a presigned wss:// URL of the "
-        "runtime's /ws for any WebSocket client (voicewire's protocol), and POST /invocations "
-        "takes the seed's payload through boto3's bedrock-agentcore invoke_agent_runtime."
     )
 
 
@@ -418,10 +410,14 @@ def main(argv: Sequence[str] | None = None) -> None:
             args.url, args.ticket_minter = presigned, None
             demo.run(args)
             return
+        if args.command in ("demo", "check") and not (args.url or args.runtime_arn):
+            build_parser().error(
+                f"{args.command} needs --url (the API's wss:// URL) or --runtime-arn"
+            )
+        presigned = None
         if args.command == "check" and args.runtime_arn:
-            refuse_runtime_arn(args.command)
-        if args.command in ("demo", "check") and not args.url:
-            build_parser().error(f"{args.command} needs --url (the API's wss:// URL)")
+            presigned = PresignedConnections(args.runtime_arn)
+            presigned.with_query({})  # signs once now: no credentials is one line
         if args.command == "demo":
             from voicewire_tools.commands import demo
 
@@ -434,11 +430,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     from voicewire_tools.commands.deployment_check import ASK_PROMPT, CheckFailed, check, render
 
     try:
-        # A ticket opens one connection and the check opens several: without --token, one is
-        # minted per connection from the deployed secret.
-        given = args.token or "token=" in args.url
-        mint = None if given else ticket_minter("agent-infra-check")
-        report = asyncio.run(check(args.url, args.token, args.prompt or ASK_PROMPT, mint=mint))
+        prompt = args.prompt or ASK_PROMPT
+        if presigned is not None:  # a presigned URL per connection, its query signed in
+            report = asyncio.run(
+                check(str(presigned), prompt=prompt, connection_url=presigned.with_query)
+            )
+        else:
+            # A ticket opens one connection and the check opens several: without --token, one
+            # is minted per connection from the deployed secret.
+            given = args.token or "token=" in args.url
+            mint = None if given else ticket_minter("agent-infra-check")
+            report = asyncio.run(check(args.url, args.token, prompt, mint=mint))
     except CheckFailed as error:
         sys.exit(f"agent-infra check: {error}")
     print(render(report))

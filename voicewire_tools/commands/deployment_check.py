@@ -165,14 +165,19 @@ async def check(
     token: str | None = None,
     prompt: str = ASK_PROMPT,
     mint: Callable[[], str | None] | None = None,
+    connection_url: Callable[[dict[str, str]], str] | None = None,
 ) -> CheckReport:
     """Run the three checks against a client-link URL (``wss://.../stage``). Each check opens a
     connection, and a connect ticket opens one: ``mint`` gives a fresh ticket for each (else
     ``token``, or the URL's own, is used for all, which a ticket-checking API refuses after the
-    first)."""
+    first). ``connection_url``: makes each connection's URL from its query instead (an
+    AgentCore runtime's presigned URL carries its query inside the signature; ``url`` then only
+    names the target in the report)."""
     report = CheckReport(url=url)
 
     def ticketed(**query: str) -> str:
+        if connection_url is not None:
+            return connection_url(query)
         return with_query(url, token=(mint() if mint is not None else None) or token, **query)
 
     speak = {"action": "speak", "text": SPEAK_TEXT}
