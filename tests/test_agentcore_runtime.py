@@ -308,3 +308,20 @@ async def test_the_deployment_check_passes_against_the_agentcore_app(runtime):
     assert report.binary_audio and report.default_delivery == "binary"
     assert report.bidi.first_audio_ms < report.batch.first_audio_ms
     assert len(asked) == 3  # the speak (binary by default) and both asks: one URL each
+
+
+async def test_the_agent_calls_its_tools_through_both_routes(runtime):
+    """The worker's agent and tools, unchanged: tool_start/tool_end on /ws, and over SSE with
+    ``"events": "all"`` (left out for a client written for the seed)."""
+    prompt = "What time is it in Paris?"  # the replayed recording calls current_time
+    result = await run_turn(runtime.ws_url, {"action": "ask", "prompt": prompt})
+    kinds = [event.kind for event in result.events]
+    assert result.status == "complete"
+    assert kinds.index("tool_start") < kinds.index("tool_end") < kinds.index("turn_end")
+    assert result.events[kinds.index("tool_end")].data["status"] == "ok"
+    spoken = await invoke(runtime, {"prompt": prompt, "events": "all"})
+    types = [event["type"] for event in spoken]
+    assert {"tool_start", "tool_end", "sentence"} <= set(types) and types[-1] == "agent_end"
+    seed = await invoke(runtime, {"prompt": prompt})
+    assert {event["type"] for event in seed} <= SEED_EVENTS
+    assert "In Paris, it is" in "".join(e["text"] for e in seed if e["type"] == "text_delta")
