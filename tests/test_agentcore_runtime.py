@@ -325,3 +325,18 @@ async def test_the_agent_calls_its_tools_through_both_routes(runtime):
     seed = await invoke(runtime, {"prompt": prompt})
     assert {event["type"] for event in seed} <= SEED_EVENTS
     assert "In Paris, it is" in "".join(e["text"] for e in seed if e["type"] == "text_delta")
+
+
+async def test_a_client_that_leaves_stops_only_its_own_turn(runtime):
+    """Two clients of one session: a /ws connection that comes and goes while an SSE answer
+    plays leaves that answer alone."""
+    session = session_id()
+
+    async def visit() -> None:
+        await asyncio.sleep(1.0)  # while the SSE answer speaks
+        async with connect(runtime.ws_url, additional_headers={SESSION_HEADER: session}) as ws:
+            await ws.send(json.dumps({"action": "voices"}))
+            assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "voices"
+
+    events, _ = await asyncio.gather(invoke(runtime, {"prompt": WEATHER}, session), visit())
+    assert events[-1]["type"] == "agent_end" and events[-1]["status"] == "complete"

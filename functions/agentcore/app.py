@@ -130,7 +130,7 @@ def build_app(adapters: Callable[[], Adapters] = current_adapters) -> BedrockAge
             pass
         finally:
             sender.closed = True
-            await on_turn_loop(conversation.leave())
+            await on_turn_loop(conversation.leave(sender))
             logger.info("disconnected", session_id=conversation.session_id)
 
     return app
@@ -155,7 +155,7 @@ async def _handle(
         case AskAction() | SpeakAction():
             text_flush = "sentence" if getattr(action, "text_deltas", "") == "sentence" else None
             relay_for = partial(_relay, sender, conversation.session_id, delivery, text_flush)
-            turn = await conversation.start(action, relay_for, tell)
+            turn = await conversation.start(action, relay_for, tell, client=sender)
             if turn is not None and turn.task is not None:
                 busy = app.add_async_task("voice turn")
                 turn.task.add_done_callback(lambda _: app.complete_async_task(busy))
@@ -224,7 +224,7 @@ async def _start_invocation(
         return None
     assert isinstance(action, AskAction | SpeakAction)  # _as_action names one of the two
     relay_for = partial(_relay, events, conversation.session_id, "base64", None)
-    return await conversation.start(action, relay_for, tell)
+    return await conversation.start(action, relay_for, tell, client=events)
 
 
 def _as_action(payload: Any) -> Any:

@@ -65,6 +65,9 @@ class ActiveTurn:
     cancelled: asyncio.Event
     task: asyncio.Task[TurnOutcome] | None = None
     heard_ms: float | None = None  # what the client said it heard, with its cancel
+    # Where its frames go (a /ws connection, an /invocations stream): when that client leaves,
+    # this turn stops, not a turn another client of the same session started.
+    client: object = None
 
     def stop(self, heard_ms: float | None = None) -> None:
         """Cancel the turn; ``heard_ms``: what the client said it heard of it."""
@@ -100,10 +103,14 @@ class Conversation:
     _turn_starts: list[float] = field(default_factory=list)  # monotonic, this last minute
 
     async def start(
-        self, action: AskAction | SpeakAction, relay_for: RelayFor, tell: Callable[[Any], Any]
+        self,
+        action: AskAction | SpeakAction,
+        relay_for: RelayFor,
+        tell: Callable[[Any], Any],
+        client: object = None,
     ) -> ActiveTurn | None:
         """Start a turn (cancelling the active one: barge-in) and return it running; None if it
-        was refused (``tell`` was given the error frame)."""
+        was refused (``tell`` was given the error frame). ``client``: where its frames go."""
         accepted_at = time.time()
         turn_id = action.turn_id or f"t-{uuid.uuid4().hex[:12]}"
         if turn_id in self._turn_ids:
@@ -126,7 +133,7 @@ class Conversation:
             self.cut_to_heard(action.heard_ms, turn=self.turn_counter)
         self.turn_counter += 1
         mode = action.mode if isinstance(action, AskAction) else "speak"
-        turn = ActiveTurn(turn_id, self.turn_counter, mode, asyncio.Event())
+        turn = ActiveTurn(turn_id, self.turn_counter, mode, asyncio.Event(), client=client)
         spec = TurnSpec(turn_id, turn.turn, mode, accepted_at, action.voice, action.speed,
                         action.word_timings)  # fmt: skip
         self.active = turn
@@ -155,10 +162,10 @@ class Conversation:
     def remembered(self) -> HistoryFrame:
         return HistoryFrame(messages=remembered(self.history))
 
-    async def leave(self) -> None:
-        """The client left: its turn stops (nothing more can reach it), the history stays for
+    async def leave(self, client: object) -> None:
+        """``client`` left: its turn stops (nothing more can reach it), the history stays for
         the session's next connection."""
-        if self.active is not None:
+        if self.active is not None and self.active.client is client:
             await self._stop(self.active, None, REPLACED_TURN_WAIT_SECONDS)
 
     async def _stop(
