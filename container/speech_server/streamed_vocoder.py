@@ -151,6 +151,32 @@ def split_models(source: Path) -> tuple[Any, Any]:
     return text_side, vocoder
 
 
+def open_sessions(split: SplitGraph) -> tuple[Any, Any]:
+    """onnxruntime sessions for the text side and the vocoder, on the providers kokoro-onnx
+    would use.
+
+    Each session has its own intra-op thread pool, and by default a pool's threads spin for a
+    while after a run, waiting for the next. The text side's spinning threads then compete with
+    the vocoder's window that follows at once (and the vocoder's with the next chunk's text
+    side): two pools on two cores. Measured on an AMD EPYC, 2 cores (2026-12-04, 5 words, 12
+    runs interleaved over 4 processes each, ``bench/README.md``): with both pools spinning, text
+    side 55-62 ms and first window 225-251 ms; the text side not spinning, 45 and 200-210 ms:
+    first audio 244-258 ms against 280-322. The vocoder keeps its spinning: its windows follow
+    each other, and with it off its whole decode was 3-5% slower. Neither half spinning made
+    the text side 36 ms but the vocoder's second window 5-10% slower; one shared pool
+    (``use_per_session_threads`` off) was slower than both.
+    """
+    import onnxruntime as ort
+    from kokoro_onnx.session import resolve_providers
+
+    providers = resolve_providers()
+    text_side_options = ort.SessionOptions()
+    text_side_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    text_side = ort.InferenceSession(str(split.text_side), text_side_options, providers=providers)
+    vocoder = ort.InferenceSession(str(split.vocoder), providers=providers)
+    return text_side, vocoder
+
+
 @dataclass(frozen=True)
 class VocoderSpeed:
     """What one vocoder call costs on this machine: the window plan's cost model."""

@@ -22,7 +22,6 @@ import numpy as np
 from kokoro_onnx import SAMPLE_RATE, Kokoro
 from kokoro_onnx.chunker import split_phonemes
 from kokoro_onnx.config import MAX_PHONEME_LENGTH
-from kokoro_onnx.session import create_session
 from numpy.typing import NDArray
 
 from speech_server.chunk_schedule import audio_seconds_by_phonemes
@@ -39,6 +38,7 @@ from speech_server.streamed_vocoder import (
     StreamedVocoder,
     TextSide,
     VocoderSpeed,
+    open_sessions,
     split_graph,
     text_side_inputs,
 )
@@ -308,8 +308,7 @@ def _open_model(
         except SplitFailed as error:
             logger.warning("decoding every chunk whole: %s", error)
         else:
-            text_side = create_session(str(split.text_side))
+            text_side, vocoder = open_sessions(split)
             kokoro = Kokoro.from_session(text_side, str(voices_path))
-            vocoder = create_session(str(split.vocoder))
             return kokoro, StreamedVocoder(text_side, vocoder, speed)
     return Kokoro(str(model_path), str(voices_path)), None
