@@ -22,7 +22,8 @@ from speech_server.model_assets import bundled_model_path
 from speech_server.model_rewrite import fast_model_path
 from speech_server.official_voices import english_or_bundled_voices
 from speech_server.streamed_vocoder import (
-    CONTEXT_FRAMES,
+    FADE_SAMPLES,
+    MIN_AFTER_CUT_FRAMES,
     MIN_FIRST_SPEECH_FRAMES,
     WORD_SNAP_FRAMES,
     SplitFailed,
@@ -128,6 +129,10 @@ def test_the_windows_are_the_whole_decode_with_one_seam(onnx_engine, speed):
     assert streamed.shape == reference.shape
     heard = heard_span(reference)  # what a listener hears: the synthesis layer trims the rest
     assert log_mel_correlation(streamed[heard], reference[heard]) > 0.97
+    # After the crossfade, the second piece is the whole decode's audio, bit for bit.
+    after_fade = len(pieces[0]) + FADE_SAMPLES
+    assert np.array_equal(streamed[after_fade:], reference[after_fade:])
+    assert not np.array_equal(streamed[: len(pieces[0])], reference[: len(pieces[0])])
     # The faster the vocoder, the shorter the first window.
     if speed == GPU_SPEED:
         assert len(pieces[0]) < len(pieces[1])
@@ -139,14 +144,15 @@ def test_the_seam_carries_the_harmonic_phase(onnx_engine):
     vocoder = onnx_engine.vocoder
     text_side, style = next(onnx_engine.text_sides(FIVE_WORDS, "af_heart", 1.0))
     reference = vocoder.whole(text_side, style)
+    context = 48  # frames decoded before the window and dropped
     start = text_side.leading_silence_frames + 40
-    lo, hi = start - CONTEXT_FRAMES, text_side.frames
+    lo, hi = start - context, text_side.frames
     restarted_phase = dataclasses.replace(text_side, phase=np.zeros_like(text_side.phase))
-    wanted = reference[start * 300 : (hi - CONTEXT_FRAMES) * 300]
+    wanted = reference[start * 300 : (hi - context) * 300]
 
     def error(side) -> float:
         window = vocoder.decode(side, style, lo, hi)
-        kept = window[(start - lo) * 300 : (hi - CONTEXT_FRAMES - lo) * 300]
+        kept = window[(start - lo) * 300 : (hi - context - lo) * 300]
         return float(np.abs(kept - wanted).mean())
 
     assert error(text_side) < error(restarted_phase) / 2
@@ -174,10 +180,10 @@ def test_window_plan_covers_every_frame_once(
         cut, _ = plan[1]
         unsnapped, _ = window_plan(frames, lead, speed)[1]
         assert cut >= unsnapped >= min(frames, lead + MIN_FIRST_SPEECH_FRAMES)
-        assert frames - cut >= 2 * CONTEXT_FRAMES  # a second window worth its seam
+        assert frames - cut >= MIN_AFTER_CUT_FRAMES  # a second window worth its seam
         # The cut moves to the first word start within reach, else the next phoneme start.
         near_words = [w for w in words if unsnapped <= w <= unsnapped + WORD_SNAP_FRAMES]
-        if near_words and near_words[0] <= frames - 2 * CONTEXT_FRAMES:
+        if near_words and near_words[0] <= frames - MIN_AFTER_CUT_FRAMES:
             assert cut == near_words[0]
         elif cut != unsnapped:
             assert cut in phonemes and not [p for p in phonemes if unsnapped <= p < cut]

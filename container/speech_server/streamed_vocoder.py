@@ -19,32 +19,41 @@ The vocoder's STFT runs as a strided convolution (``stft_convolution``: onnxrunt
 kernel cost ~12 ms a call). Decoded whole, the two halves give the one-shot graph's samples to
 float rounding (a test bounds it); the text side's, bit for bit.
 
-**Windows** (``window_plan``, ``StreamedVocoder.windows``): a chunk is decoded in two windows
-when that brings its first audio forward: the first ends as early as it can while the second,
-decoded as the first plays, is still ready before the first has played out. The vocoder's speed
-that decides it is the machine's measured one (``VocoderSpeed``, from the engine's tuning record,
+**Windows** (``window_plan``, ``StreamedVocoder.windows``): a chunk is decoded in two calls
+when that brings its first audio forward. The first decodes the chunk's beginning, up to the cut
+plus ``LOOKAHEAD_FRAMES`` (so the convolutions before the cut see the frames after it), and its
+audio up to the cut leaves at once. The second, made as the first plays, is the whole chunk's
+decode, and the audio from the cut on is taken from it: the same samples as a chunk decoded whole,
+bit for bit. The first window ends as early as it can while the second is still ready, with
+``SPEED_MARGIN`` to spare, before the first has played out. The vocoder's speed that decides it
+is the machine's measured one (``VocoderSpeed``, from the engine's tuning record,
 ``speech_server.engine_tuning``), never a live timing, so a text gets the same windows and the
 same audio bytes on every run. The cut is then moved to the next word boundary (a space or a
 punctuation token's start, from the text side's durations) when one comes within
 ``WORD_SNAP_FRAMES``, else to the next phoneme boundary: the join falls where the speech itself
-changes, not inside a vowel. Each window decodes ``CONTEXT_FRAMES`` before it and
-``LOOKAHEAD_FRAMES`` after it and keeps only its own frames, so the convolutions see the same
-neighbours as in the whole decode; the two overlap by ``FADE_SAMPLES`` at the seam, crossfaded
-linearly. Two things still differ from the whole decode, handled or measured:
+changes, not inside a vowel. The two overlap by ``FADE_SAMPLES`` at the seam, crossfaded
+linearly.
 
-- the sine generator's phase starts at zero in every window: ``phase_offset`` carries the
-  cumulative phase the text side computed for the whole chunk, so the harmonics run on without a
-  jump (without it the seam is a phase reset);
-- the generator's instance normalizations take their statistics over the window, not the chunk.
-  That moves the windowed audio a little from the one-shot decode: ``voicewire bench engine``
-  measures the log-mel correlation of the heard audio and the seam.
+Why the whole chunk for the second call, not the frames after the cut with some context before
+them: the generator's instance normalizations take their statistics over the frames they are
+given. A window that starts part-way has other statistics than the chunk, so its audio differs
+from the whole decode a little everywhere, and the seam joined two such differences (measured on
+an AMD EPYC, 2026-12-04, 3 texts x 4 voices, ``voicewire bench engine --part streamed``: 3 of 12
+seams over the check's limit, the worst 1.08, with 48 frames of context). Decoded from frame 0,
+the second part is exact, and only the first window's side of the seam differs; with a 40 ms
+crossfade into the exact audio, the worst seam was 0.94 and none failed. It costs the second
+call the frames before the cut (a chunk's first window: ~25% more vocoder work for a streamed
+chunk, none for the chunks decoded whole), made while the first window plays.
 
-A third window would bring the first audio forward by little: the second window must still be
-ready before the first has played, and every window decodes ``CONTEXT_FRAMES +
-LOOKAHEAD_FRAMES`` (1.1 s of audio) it throws away, so the first cannot shrink much, and every
-seam costs correlation. So there are at most two. A request's first chunk is streamed, and so is
-any chunk the listener would otherwise wait for (``speech_server.synthesis``); the others are
-decoded whole while the audio before them plays.
+``decode`` still takes any frame range with the harmonic source's phase carried in
+(``phase_offset``: the cumulative phase the text side computed for the whole chunk), so a window
+that does not start at frame 0 does not reset the harmonics.
+
+A third window would bring the first audio forward by little: the second call must still be
+ready before the first window has played, so the first cannot shrink much, and every seam costs
+correlation. So there are at most two. A request's first chunk is streamed, and so is any chunk
+the listener would otherwise wait for (``speech_server.synthesis``); the others are decoded whole
+while the audio before them plays.
 """
 
 from __future__ import annotations
@@ -68,16 +77,20 @@ logger = logging.getLogger(__name__)
 
 SAMPLES_PER_FRAME = 300  # the generator's frames: 24 kHz / 80 frames per second
 SAMPLE_RATE = 24_000
-# Decoded beside a window and dropped: 0.6 s before it, 0.5 s after it. The first window's
-# lookahead is what the listener waits for; measured (voicewire bench engine --part streamed),
-# the correlation with the whole decode gains more from context before the seam than after it,
-# and 40 frames after it is the least that keeps the seam's frames no farther from the whole
-# decode than the frames around them (32 did not, for two voices of four).
-CONTEXT_FRAMES = 48
+# Decoded after the first window's cut and dropped (0.5 s): what the listener waits for, so that
+# the frames before the cut see what follows them; measured (voicewire bench engine --part
+# streamed), 40 frames is the least that keeps the seam's frames no farther from the whole decode
+# than the frames around them (32 did not, for two voices of four).
 LOOKAHEAD_FRAMES = 40
-FADE_SAMPLES = 240  # 10 ms crossfade at the seam
+# A cut closer than this to the chunk's end (1.2 s) saves too little of the whole decode to be
+# worth a seam: the chunk is decoded in one call.
+MIN_AFTER_CUT_FRAMES = 96
+# 40 ms crossfade at the seam, from the first window's audio into the exact audio: measured, the
+# worst seam over 12 text-voice pairs was 0.99 with 10 ms and 20 ms, 0.94 with 40 ms, 0.99 again
+# with 60 ms (the fade then reaches into where the first window drifts most).
+FADE_SAMPLES = 960
 MIN_FIRST_SPEECH_FRAMES = 16  # 0.2 s: the first window holds at least this much speech
-SPEED_MARGIN = 1.5  # the second window must be ready with this much time to spare
+SPEED_MARGIN = 1.5  # the second call must be ready with this much time to spare
 WORD_SNAP_FRAMES = 6  # the seam moves up to 75 ms later to fall between words
 DURATION_FRAMES = 2  # the text side's durations count 40 ms: two generator frames
 # Kokoro's vocabulary: punctuation marks are ids 1-15, the space 16 (kokoro_onnx's DEFAULT_VOCAB).
@@ -261,18 +274,18 @@ def window_plan(
     """Consecutive ``(start, end)`` frame ranges covering ``[0, frames)``: two, or one when two
     would not bring the first audio forward.
 
-    The first window is as short as it can be while the second, decoded as the first plays, is
-    ready before it has played out: its speech lasts ``first`` frames of 12.5 ms, and the second
-    costs ``speed`` for its frames and context. The cut then moves to the next word start within
-    ``WORD_SNAP_FRAMES``, else to the next phoneme start (later is safe: the first window only
-    grows), as long as the second window keeps its two contexts' worth of frames.
+    The first window is as short as it can be while the second call (the whole chunk's decode),
+    made as the first plays, is ready before it has played out: the first window's speech lasts
+    ``first`` frames of 12.5 ms after the ``lead`` frames of silence the synthesis layer trims,
+    and the whole decode costs ``speed`` for every frame, with ``SPEED_MARGIN`` to spare. The cut
+    then moves to the next word start within ``WORD_SNAP_FRAMES``, else to the next phoneme
+    start (later is safe: the first window only grows), as long as ``MIN_AFTER_CUT_FRAMES`` are
+    left after it.
     """
     audio_per_frame = SAMPLES_PER_FRAME / SAMPLE_RATE
-    per_frame = SPEED_MARGIN * speed.seconds_per_frame
-    fixed = SPEED_MARGIN * (speed.seconds_per_call + speed.seconds_per_frame * CONTEXT_FRAMES)
-    first = math.ceil((fixed + per_frame * (frames - lead)) / (audio_per_frame + per_frame))
+    first = math.ceil(SPEED_MARGIN * speed.seconds(frames) / audio_per_frame)
     cut = lead + max(first, MIN_FIRST_SPEECH_FRAMES)
-    latest = frames - 2 * CONTEXT_FRAMES
+    latest = frames - MIN_AFTER_CUT_FRAMES
     if cut > latest:
         return [(0, frames)]
     words = [s for s in word_starts if cut <= s <= min(latest, cut + WORD_SNAP_FRAMES)]
@@ -314,24 +327,21 @@ class StreamedVocoder:
         since it was decoded anyway; what word timings read a word's end from before the next
         window exists (``onnx_engine``). Empty after the last window."""
         plan = self.plan(text)
+        if len(plan) == 1:
+            yield self.whole(text, style), np.zeros(0, np.float32)
+            return
+        (_, cut), _ = plan
         half_fade = FADE_SAMPLES // 2
-        held: NDArray[np.float32] | None = None  # the last window's side of the next seam
-        for index, (start, end) in enumerate(plan):
-            first, last = index == 0, index == len(plan) - 1
-            lo = max(0, start - CONTEXT_FRAMES)
-            hi = min(text.frames, end + LOOKAHEAD_FRAMES)
-            audio = self.decode(text, style, lo, hi)
-            # Keep this window's frames, plus half a fade on each side of a seam.
-            begin = (start - lo) * SAMPLES_PER_FRAME - (0 if first else half_fade)
-            stop = (end - lo) * SAMPLES_PER_FRAME + (0 if last else half_fade)
-            piece = audio[begin:stop]
-            if held is not None:
-                fade = np.linspace(0.0, 1.0, FADE_SAMPLES, dtype=np.float32)
-                piece = piece.copy()
-                piece[:FADE_SAMPLES] = held * (1.0 - fade) + piece[:FADE_SAMPLES] * fade
-            if not last:
-                piece, held = piece[:-FADE_SAMPLES], piece[-FADE_SAMPLES:]
-            yield piece, audio[stop - (0 if last else FADE_SAMPLES) :]
+        seam = cut * SAMPLES_PER_FRAME
+        # The first window: its frames and half a fade, decoded with the lookahead after them.
+        first = self.decode(text, style, 0, min(text.frames, cut + LOOKAHEAD_FRAMES))
+        yield first[: seam - half_fade], first[seam - half_fade :]
+        # The rest from the whole decode (exact), faded in from the first window's audio.
+        rest = self.whole(text, style)[seam - half_fade :].copy()
+        fade = np.linspace(0.0, 1.0, FADE_SAMPLES, dtype=np.float32)
+        held = first[seam - half_fade : seam + half_fade]
+        rest[:FADE_SAMPLES] = held * (1.0 - fade) + rest[:FADE_SAMPLES] * fade
+        yield rest, np.zeros(0, np.float32)
 
     def decode(
         self, text: TextSide, style: NDArray[np.float32], lo: int, hi: int
