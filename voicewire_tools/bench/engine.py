@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -307,7 +308,10 @@ def prominence(distances: np.ndarray, sample: int, sample_rate: int) -> float:
         distances[max(0, over.start - around) : over.start],
         distances[over.stop : over.stop + around],
     ]
-    return float(distances[over].max() / neighbours.max())
+    nearest = float(neighbours.max()) if neighbours.size else 0.0
+    if nearest == 0.0:  # identical around it (the exact part of a streamed chunk)
+        return 0.0 if distances[over].max() == 0.0 else math.inf
+    return float(distances[over].max() / nearest)
 
 
 def seam_prominence(audio: np.ndarray, whole: np.ndarray, seam: int, sample_rate: int) -> float:
