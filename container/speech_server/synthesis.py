@@ -12,8 +12,9 @@ otherwise wait for it: a fast-start request's first chunk, and any chunk that, d
 would not be ready before the audio ahead of it has played (``speech_server.chunk_schedule``,
 from the engine's measured speed and the session's playback clock). The others (a pipeline's
 later sentences, synthesized while earlier audio plays) are decoded whole: there the seam and its
-~30% more vocoder work would buy nothing. Cancellation is seen between frames; a piece already on
-the thread finishes there and its audio is dropped.
+extra vocoder work (the first window, decoded again in the whole: 25-55% more) would buy
+nothing. Cancellation is seen between frames; a piece already on the thread finishes there and
+its audio is dropped.
 
 With ``word_timings``, an engine that times its words (``synthesize_timed``: both engines) gives
 each chunk's words before its audio; they are moved here from the engine's raw audio to the
