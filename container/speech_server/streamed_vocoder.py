@@ -42,8 +42,8 @@ an AMD EPYC, 2026-12-04, 3 texts x 4 voices, ``voicewire bench engine --part str
 seams over the check's limit, the worst 1.08, with 48 frames of context). Decoded from frame 0,
 the second part is exact, and only the first window's side of the seam differs; with a 40 ms
 crossfade into the exact audio, the worst seam was 0.94 and none failed. It costs the second
-call the frames before the cut (a chunk's first window: ~25% more vocoder work for a streamed
-chunk, none for the chunks decoded whole), made while the first window plays.
+call the frames before the cut, made while the first window plays: a streamed chunk's vocoder
+work is 1.26-1.56x its whole decode (it was 1.06-1.35x); a chunk decoded whole pays nothing.
 
 ``decode`` still takes any frame range with the harmonic source's phase carried in
 (``phase_offset``: the cumulative phase the text side computed for the whole chunk), so a window
