@@ -301,8 +301,7 @@ def recognizer_check(engine: KokoroOnnxEngine, voices: tuple[str, ...]) -> dict[
 def prominence(distances: np.ndarray, sample: int, sample_rate: int) -> float:
     """How far the four frames over ``sample`` are from the whole decode, over the farthest frame
     of the quarter second on either side."""
-    last_over = sample // HOP  # frames are 1024 samples from i * 256: these four span the sample
-    over = slice(max(0, last_over - 3), last_over + 1)
+    over = _frames_over(sample)
     around = int(0.25 * sample_rate / HOP)
     neighbours = np.r_[
         distances[max(0, over.start - around) : over.start],
@@ -314,6 +313,12 @@ def prominence(distances: np.ndarray, sample: int, sample_rate: int) -> float:
     return float(distances[over].max() / nearest)
 
 
+def _frames_over(sample: int) -> slice:
+    """The four log-mel frames that span ``sample`` (1024 samples from i * 256)."""
+    last_over = sample // HOP
+    return slice(max(0, last_over - 3), last_over + 1)
+
+
 def seam_prominence(audio: np.ndarray, whole: np.ndarray, seam: int, sample_rate: int) -> float:
     """The seam's ``prominence``: above 1, its frames are farther from the whole decode than
     any frame in the quarter second around it."""
@@ -322,15 +327,17 @@ def seam_prominence(audio: np.ndarray, whole: np.ndarray, seam: int, sample_rate
 
 def seam_rank(audio: np.ndarray, whole: np.ndarray, seam: int, sample_rate: int) -> float:
     """The share of the heard audio's other places (every 4 frames) less prominent than the
-    seam: the two renderings differ everywhere a little, so a seam stands out only if it is more
-    prominent than nearly every place without one (over 0.95)."""
+    seam: the two renderings differ a little wherever they differ, so a seam stands out only if
+    it is more prominent than nearly every place without one (over 0.95). Places where the two
+    are the same samples (the streamed chunk's exact part after the seam) are not counted: a seam
+    is trivially more prominent than no difference at all."""
     distances = frame_distances(audio, whole)
     heard = heard_span(whole)
     margin = int(0.25 * sample_rate)
     places = [
         prominence(distances, sample, sample_rate)
         for sample in range(heard.start + margin, heard.stop - margin, 4 * HOP)
-        if abs(sample - seam) > margin
+        if abs(sample - seam) > margin and distances[_frames_over(sample)].any()
     ]
     if not places:
         return 0.0
