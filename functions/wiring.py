@@ -16,7 +16,7 @@ from functions.adapters.llm import ConverseStreamClient, bedrock_client
 from functions.adapters.relay import management_client
 from functions.adapters.session_store import SessionStore, dynamodb_client
 from functions.adapters.speech_sessions import KeptSpeechSession, SessionPolicy
-from functions.settings import Settings
+from functions.settings import Settings, SettingsError
 from functions.tools import ToolRegistry, sample_tools
 from functions.tools.search_docs import DEFAULT_DOCS
 from voicewire.speech_link import SpeechSession, open_speech_session
@@ -74,6 +74,13 @@ class Adapters:
     @classmethod
     def from_env(cls, settings: Settings | None = None) -> Adapters:
         settings = settings or Settings.from_env()
+        if settings.llm == "local":
+            # Not in a deployment's code: the Lambda bundle and the AgentCore image carry no
+            # llama.cpp (functions/adapters/local_llm.py is the local stack's to hand in).
+            raise SettingsError(
+                "VOICEWIRE_LLM=local runs on voicewire's local stack (voicewire up --llm local), "
+                "which hands its model in; a deployment's functions reach Bedrock"
+            )
 
         # One Bedrock client per execution environment: built (and its TLS connection made)
         # once, not on every turn's path to first audio.

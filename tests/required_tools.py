@@ -1,4 +1,4 @@
-"""Tests that need a tool outside Python (Chromium, Node.js's npx, util-linux's script).
+"""Tests that need a tool outside Python (Chromium, Node.js's npx, util-linux's script) or an extra.
 
 On a developer's machine a missing tool skips its tests, with the reason. Where the tools are
 installed on purpose (``.ci/run`` sets ``VOICEWIRE_REQUIRE_TOOLS=1``), a missing one is an error
@@ -24,3 +24,18 @@ def needs(*commands: str) -> pytest.MarkDecorator:
             "these tests would be skipped"
         )
     return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(commands)}")
+
+
+def needs_modules(*modules: str, install: str) -> pytest.MarkDecorator:
+    """A ``skipif`` mark for tests that import these optional modules (an extra: ``install``
+    says how to get them), or an error where tools are required (CI installs every extra the
+    tests use)."""
+    import importlib.util
+
+    missing = [module for module in modules if importlib.util.find_spec(module) is None]
+    if missing and REQUIRED:
+        raise RuntimeError(
+            f"VOICEWIRE_REQUIRE_TOOLS=1 but {', '.join(missing)} is not installed ({install}): "
+            "these tests would be skipped"
+        )
+    return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(modules)} ({install})")

@@ -42,7 +42,7 @@ def test_a_deployed_environment_becomes_typed_settings():
 @pytest.mark.parametrize(
     ("name", "value", "says"),
     [
-        ("VOICEWIRE_LLM", "bedrok", "'bedrock' or 'replay'"),
+        ("VOICEWIRE_LLM", "bedrok", "'bedrock', 'replay' or 'local'"),
         ("VOICEWIRE_BEDROCK_MODEL_ID", "", "needs a model or inference profile id"),
         ("VOICEWIRE_BEDROCK_MODEL_ID", "anthropic claude", "should match pattern"),
         ("VOICEWIRE_TABLE", "", "at least 1 character"),
@@ -105,7 +105,7 @@ def test_settings_built_from_values_read_no_environment(monkeypatch):
 
 
 def test_values_are_validated_too_and_a_mistyped_field_is_refused():
-    with pytest.raises(ValidationError, match="'bedrock' or 'replay'"):
+    with pytest.raises(ValidationError, match="'bedrock', 'replay' or 'local'"):
         Settings(llm="bedrok")
     with pytest.raises(ValidationError, match="Extra inputs are not permitted"):
         Settings(llm="replay", max_turn_per_minute=3)

