@@ -255,10 +255,10 @@ def test_the_settings_name_the_local_model():
     assert mine.bedrock_model_id == "qwen2.5-0.5b-instruct"
 
 
-def test_a_local_stack_answers_a_question_it_has_no_recording_of(tmp_path):
+def test_a_local_stack_answers_a_question_it_has_no_recording_of():
     """``voicewire up --llm local``: a question no recording matches gets the model's own
-    spoken answer, with the speech system prompt and no tools offered."""
-    from voicewire.turn_client import run_turn
+    spoken answer, with the speech system prompt and no tools offered; the next question on
+    the connection is sent with the first exchange as its history."""
     from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
     options = StackOptions(port=0, speech_port=0, runtime_port=0, llm="local")
@@ -266,15 +266,43 @@ def test_a_local_stack_answers_a_question_it_has_no_recording_of(tmp_path):
     stack.start()
     try:
         assert stack.adapters.settings.tools == () and stack.llm == "local"
-        result = asyncio.run(
-            run_turn(stack.ws_url, {"action": "ask", "prompt": "What is the capital of Japan?"})
+        turns = asyncio.run(
+            _asks(stack.ws_url, ["What is the capital of Japan?", "What is the capital of Italy?"])
         )
     finally:
         stack.stop()
-    assert result.status == "complete", result.errors
-    text = "".join(e.data["text"] for e in result.events if e.kind == "text_delta")
-    assert "Tokyo" in text and len(result.audio) > 24_000  # over half a second of speech
-    assert result.end["timings"]["first_audio_ms"] > 0
+    (first_text, first_audio, first_end), (second_text, _, second_end) = turns
+    assert first_end["status"] == "complete" and second_end["status"] == "complete"
+    assert "Tokyo" in first_text and first_audio > 24_000  # over half a second of speech
+    assert "Rome" in second_text
+    first, second = stack.llm_requests[-2:]
+    assert first["system"] == [{"text": DEFAULT_SYSTEM_PROMPT}] and "toolConfig" not in first
+    assert [m["role"] for m in second["messages"]] == ["user", "assistant", "user"]
+    assert second["messages"][0]["content"][0]["text"] == "What is the capital of Japan?"
+    assert second["messages"][1]["content"][0]["text"].strip() == first_text.strip()
+
+
+async def _asks(url: str, prompts: list[str]) -> list[tuple[str, int, dict]]:
+    """Each prompt asked on one connection, after the previous turn ended: its text, audio
+    bytes and ``turn_end``."""
+    from websockets.asyncio.client import connect
+
+    turns = []
+    async with connect(url, max_size=None) as ws, asyncio.timeout(180):
+        for prompt in prompts:
+            await ws.send(json.dumps({"action": "ask", "prompt": prompt, "mode": "bidi"}))
+            text, audio = "", 0
+            async for frame in ws:
+                if isinstance(frame, bytes):
+                    audio += len(frame)
+                    continue
+                data = json.loads(frame)
+                if data["type"] == "text_delta":
+                    text += data["text"]
+                elif data["type"] == "turn_end":
+                    turns.append((text, audio, data))
+                    break
+    return turns
 
 
 def test_first_use_installs_the_extra_and_says_what():
@@ -336,8 +364,10 @@ def test_llm_arguments_are_checked():
         choice("--llm", "bedrock")
     with pytest.raises(ValueError, match="is for --llm bedrock"):
         choice("--llm", "local", "--bedrock-model-id", "x")
-    with pytest.raises(ValueError, match="is for --llm local"):
+    with pytest.raises(ValueError, match="are for --llm local"):
         choice("--local-llm-weights", str(Path("m.gguf")))
+    with pytest.raises(ValueError, match="at least 1"):
+        choice("--llm", "local", "--local-llm-threads", "0")
 
 
 def test_bench_llm_measures_quality_speed_stopping_and_tool_use(tmp_path, capsys):

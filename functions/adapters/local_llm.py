@@ -48,16 +48,24 @@ from functions.adapters.local_llm_weights import (
 
 logger = logging.getLogger(__name__)
 
-# Greedy decoding unless the request sets a temperature: a 135M model answers facts best on its
-# most likely tokens (10 of 12 in docs/decisions.md's check; sampling at 0.7 lost two more), and
-# the same question gets the same answer, which benchmarks need. A mild repeat penalty keeps
-# greedy decoding out of loops.
+# Greedy decoding unless the request sets a temperature: the same question gets the same answer,
+# which the benchmarks need to compare modes on one text, and the answers are as often right as
+# sampled ones (10 of 12 greedy; 10-11 at 0.2 and 9-11 at 0.7 over three runs each:
+# docs/decisions.md). A mild repeat penalty keeps greedy decoding out of loops.
 DEFAULT_TEMPERATURE = 0.0
 DEFAULT_TOP_P = 0.9
 REPEAT_PENALTY = 1.1
 # How often a stream waiting for the model (another turn still generating) looks for a stop.
 _LOCK_POLL_S = 0.02
 _OPERATION = "ConverseStream"
+
+
+def default_threads() -> int:
+    """Half the cores this process may use, at least one: the speech server synthesizes on the
+    same cores while the model writes, and a model on all of them slows the first chunk's
+    synthesis more than it speeds the text (``bench ttfa --llm local`` on 2 cores: bidi's first
+    audio 1063 ms with 2 threads, 669 ms with 1; docs/decisions.md)."""
+    return max(1, len(os.sched_getaffinity(0)) // 2)
 
 
 class LocalModel:
@@ -74,11 +82,11 @@ class LocalModel:
         self.path = path
         self.model_id = model_id
         self.lock = threading.Lock()
+        self.threads = threads or default_threads()
         self.llama = Llama(
             str(path),
             n_ctx=0,  # the model's own context length
-            # Every core this process may use (llama-cpp-python's default is half of them).
-            n_threads=threads or len(os.sched_getaffinity(0)),
+            n_threads=self.threads,
             seed=0,
             verbose=False,
         )
@@ -129,27 +137,34 @@ class LocalLlmClient:
 
     def __init__(self, model: LocalModel) -> None:
         self.model = model
+        # The requests it was sent (the local stack shares its list with the replay's): what
+        # Bedrock would have been sent.
+        self.requests: list[dict[str, Any]] = []
 
     @classmethod
     def load(
-        cls, weights: str | Path | None = None, progress: Progress = logger.info
+        cls,
+        weights: str | Path | None = None,
+        progress: Progress = logger.info,
+        threads: int | None = None,
     ) -> LocalLlmClient:
         """The packaged SmolLM2-135M-Instruct (``weights`` None), or a GGUF file the user names
-        (its ``modelId`` is then its file name's stem)."""
+        (its ``modelId`` is then its file name's stem); ``threads`` None: ``default_threads()``."""
         if weights is None:
             path = packaged_weights_path(progress=progress)
         else:
             path = user_weights_path(weights)
         model_id = local_model_id(weights)
         started = time.monotonic()
-        model = LocalModel(path, model_id)
+        model = LocalModel(path, model_id, threads)
         progress(
             f"local LLM {model_id} loaded in {time.monotonic() - started:.1f} s "
-            f"({model.context_length} tokens of context)"
+            f"({model.context_length} tokens of context, {model.threads} threads)"
         )
         return cls(model)
 
     def converse_stream(self, **request: Any) -> dict[str, Any]:
+        self.requests.append(request)
         generation = self._generation(request)
         return {"stream": LocalEventStream(self.model, generation)}
 

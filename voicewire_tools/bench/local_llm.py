@@ -97,7 +97,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     machine = describe_machine(None)
     print(machine_line(machine), flush=True)
     started = time.monotonic()
-    client = LocalLlmClient.load(getattr(args, "local_llm_weights", None), progress=print)
+    client = LocalLlmClient.load(
+        getattr(args, "local_llm_weights", None),
+        progress=print,
+        threads=getattr(args, "local_llm_threads", None),
+    )
     load_s = time.monotonic() - started
     answers = [
         {**ask(client, question, DEFAULT_SYSTEM_PROMPT), "expected": expected}
@@ -115,6 +119,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     data = {
         "machine": machine,
         "model": client.model.model_id,
+        "threads": client.model.threads,
         "load_s": round(load_s, 2),
         "quality": {"right": sum(a["right"] for a in answers), "asked": len(answers)},
         "first_token_ms": _median(a["first_token_ms"] for a in answers),
@@ -200,7 +205,8 @@ def _median(values: Any) -> float:
 
 def print_report(data: dict[str, Any]) -> None:
     quality, tools = data["quality"], data["tool_use"]
-    print(f"\nlocal LLM {data['model']} (loaded in {data['load_s']:.1f} s)")
+    print(f"\nlocal LLM {data['model']} on {data['threads']} threads (loaded in "
+          f"{data['load_s']:.1f} s)")  # fmt: skip
     print(f"  factual questions right   {quality['right']}/{quality['asked']}")
     print(f"  time to first token       {data['first_token_ms']:.0f} ms (median)")
     print(f"  tokens per second         {data['tokens_per_second']:.0f} (median, after the first)")

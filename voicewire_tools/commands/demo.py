@@ -3,7 +3,8 @@
     uv run voicewire demo [--modes bidi,seed_bidi,seed_batch] [--trials 5] [--prompt ...]
         [--json PATH] [--out-dir demo-audio] [--url ws://...] [--speech-link LINK[,LINK]]
 
-The same question, the same replayed LLM stream and the same engine, the modes of
+The same question, the same replayed LLM stream (or, with ``--llm local``, the local model's
+greedy answer) and the same engine, the modes of
 ``voicewire_tools.compared_modes`` with the trials interleaved so that drift hits every mode
 alike; its last line says how much sooner voicewire's bidi spoke than each other mode. The seed's
 modes switch the demo's own stack to the seed's pipeline: against a stack named by ``--url`` (a

