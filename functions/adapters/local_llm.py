@@ -157,9 +157,10 @@ class LocalLlmClient:
         model_id = local_model_id(weights)
         started = time.monotonic()
         model = LocalModel(path, model_id, threads)
+        threads = f"{model.threads} thread" + ("s" if model.threads > 1 else "")
         progress(
             f"local LLM {model_id} loaded in {time.monotonic() - started:.1f} s "
-            f"({model.context_length} tokens of context, {model.threads} threads)"
+            f"({model.context_length} tokens of context, {threads})"
         )
         return cls(model)
 
