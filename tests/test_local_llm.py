@@ -121,6 +121,25 @@ def test_max_tokens_is_honoured(client):
     assert events[-1]["metadata"]["usage"]["outputTokens"] == 3
 
 
+def test_an_answer_stops_where_the_context_is_full():
+    """A prompt that leaves room for a few tokens: the answer stops there (``max_tokens``, as at
+    ``maxTokens``) instead of failing inside llama.cpp; a prompt with no room is refused."""
+    from functions.adapters.local_llm import LocalLlmClient
+
+    small = LocalLlmClient.load(context=128, progress=lambda line: None)
+    base = events_of(small, request("Tell me a long story about the sea.", max_tokens=1))
+    prompt_tokens = base[-1]["metadata"]["usage"]["inputTokens"]
+    assert prompt_tokens < 100
+    events = events_of(small, request("Tell me a long story about the sea.", max_tokens=500))
+    usage = events[-1]["metadata"]["usage"]
+    assert events[-2]["messageStop"]["stopReason"] == "max_tokens"
+    room = small.model.context_length  # llama.cpp rounds 128 up to its cache's granularity
+    assert 128 <= room < 8192
+    assert usage["outputTokens"] == room - prompt_tokens and usage["totalTokens"] == room
+    with pytest.raises(ClientError, match="Input is too long"):
+        small.converse_stream(**request("word " * room))
+
+
 def test_a_stop_sequence_ends_the_answer_before_it(client):
     whole = events_of(client, request("What is the capital of France?"))
     text = "".join(

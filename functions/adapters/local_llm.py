@@ -64,14 +64,18 @@ def default_threads() -> int:
     """Half the cores this process may use, at least one: the speech server synthesizes on the
     same cores while the model writes, and a model on all of them slows the first chunk's
     synthesis more than it speeds the text (``bench ttfa --llm local`` on 2 cores: bidi's first
-    audio 1063 ms with 2 threads, 669 ms with 1; docs/decisions.md)."""
+    audio 1063 ms with 2 threads, 716 ms with 1; docs/results.md)."""
     return max(1, len(os.sched_getaffinity(0)) // 2)
 
 
 class LocalModel:
     """A GGUF model loaded once, with the lock that makes its turns take it one at a time."""
 
-    def __init__(self, path: Path, model_id: str, threads: int | None = None) -> None:
+    def __init__(
+        self, path: Path, model_id: str, threads: int | None = None, context: int | None = None
+    ) -> None:
+        """``context``: the tokens of context (prompt and answer) it holds; None: the model's
+        own length (8,192 for SmolLM2), whose cache it allocates at load."""
         try:
             from llama_cpp import Llama
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
@@ -85,7 +89,7 @@ class LocalModel:
         self.threads = threads or default_threads()
         self.llama = Llama(
             str(path),
-            n_ctx=0,  # the model's own context length
+            n_ctx=context or 0,  # 0: the model's own context length
             n_threads=self.threads,
             seed=0,
             verbose=False,
@@ -147,6 +151,7 @@ class LocalLlmClient:
         weights: str | Path | None = None,
         progress: Progress = logger.info,
         threads: int | None = None,
+        context: int | None = None,
     ) -> LocalLlmClient:
         """The packaged SmolLM2-135M-Instruct (``weights`` None), or a GGUF file the user names
         (its ``modelId`` is then its file name's stem); ``threads`` None: ``default_threads()``."""
@@ -156,7 +161,7 @@ class LocalLlmClient:
             path = user_weights_path(weights)
         model_id = local_model_id(weights)
         started = time.monotonic()
-        model = LocalModel(path, model_id, threads)
+        model = LocalModel(path, model_id, threads, context)
         threads = f"{model.threads} thread" + ("s" if model.threads > 1 else "")
         progress(
             f"local LLM {model_id} loaded in {time.monotonic() - started:.1f} s "
@@ -192,9 +197,10 @@ class LocalLlmClient:
         if system:
             messages.insert(0, {"role": "system", "content": system})
         tokens = self.model.prompt_tokens(messages)
-        if len(tokens) >= self.model.context_length:
+        room = self.model.context_length - len(tokens)  # what the answer may fill
+        if room < 1:
             raise _validation("Input is too long for requested model.")
-        return Generation(tokens, max_tokens, temperature, top_p, stops)
+        return Generation(tokens, min(max_tokens, room), temperature, top_p, stops)
 
 
 def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
