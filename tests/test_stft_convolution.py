@@ -127,3 +127,16 @@ def test_an_stft_whose_window_comes_at_run_time_is_kept(signal):
     assert "STFT" in {node.op_type for node in model.graph.node}
     (spectrum,) = run(model, signal=signal[None], window=WINDOW)
     assert np.abs(spectrum[0, ..., 0] - numpy_stft(signal).real).max() < 1e-4
+
+
+def test_the_operators_constants_go_with_it(signal):
+    """The replaced STFT's window, hop and length are read by no node any more: they leave the
+    graph (onnxruntime would warn at every session that it removes them); the atan2's constants,
+    still read, stay."""
+    model = stft_model(phase=True)
+    replace_stft(model)
+    left = {tensor.name for tensor in model.graph.initializer}
+    assert not {"hop", "window", "length"} & left
+    assert {"zero", "pi", "real_index", "imag_index"} <= left
+    (phase,) = run(model, signal=signal[None])[1:]  # the graph still runs whole
+    assert np.isfinite(phase).all()

@@ -65,6 +65,7 @@ def replace_stft(model: Any) -> int:
         return None if tensor is None else numpy_helper.to_array(tensor)
 
     replaced = 0
+    freed: set[str] = set()  # the replaced operators' constant inputs
     nodes = list(graph.node)
     for node in nodes:
         if node.op_type != "STFT":
@@ -108,6 +109,7 @@ def replace_stft(model: Any) -> int:
                 "Transpose", [f"{prefix}/parts_out"], [node.output[0]], perm=[0, 3, 2, 1]
             ),
         ]
+        freed.update(name for name in (step_name, window_name, length_name) if name in constants)
         position = list(graph.node).index(node)
         graph.node.remove(node)
         for offset, new_node in enumerate(replacement):
@@ -115,7 +117,34 @@ def replace_stft(model: Any) -> int:
         replaced += 1
     if replaced:
         _atan2_of_zero_as_torch(graph)
+        _drop_unread(graph, freed)
     return replaced
+
+
+def _drop_unread(graph: Any, names: set[str]) -> None:
+    """Remove the initializers among ``names`` that no node reads any more (at any depth: a
+    subgraph may read its outer graph's constants), so onnxruntime does not warn, once per
+    session, that it removes them."""
+    read = _inputs_read(graph)
+    unread = [tensor for tensor in graph.initializer if tensor.name in names - read]
+    for tensor in unread:
+        graph.initializer.remove(tensor)
+
+
+def _inputs_read(graph: Any) -> set[str]:
+    from onnx import AttributeProto
+
+    read: set[str] = set()
+    for node in graph.node:
+        read.update(node.input)
+        for attribute in node.attribute:
+            if attribute.type == AttributeProto.GRAPH:
+                read |= _inputs_read(attribute.g)
+            elif attribute.type == AttributeProto.GRAPHS:
+                for subgraph in attribute.graphs:
+                    read |= _inputs_read(subgraph)
+    read.update(output.name for output in graph.output)
+    return read
 
 
 def _atan2_of_zero_as_torch(graph: Any) -> None:

@@ -103,8 +103,8 @@ _DURATIONS = "/encoder/Cast_output_0"  # frames per token, after rounding
 _SINE_PHASE_OP = "/decoder/decoder/generator/m_source/l_sin_gen/CumSum"
 PHASE_OFFSET = "phase_offset"
 # In the vocoder's cached file name: a new way of making it makes a new file. v2: its STFT is a
-# convolution (stft_convolution).
-SPLIT_VERSION = "v2"
+# convolution (stft_convolution); v3: without the STFT's constants it no longer reads.
+SPLIT_VERSION = "v3"
 
 
 class SplitFailed(RuntimeError):
