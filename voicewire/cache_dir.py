@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -21,3 +23,16 @@ def sha256_of(path: Path) -> str:
     """The file's sha256, read in blocks (models are hundreds of MB)."""
     with path.open("rb") as source:
         return hashlib.file_digest(source, "sha256").hexdigest()
+
+
+@contextlib.contextmanager
+def written_atomically(target: Path, suffix: str = "") -> Iterator[Path]:
+    """A temporary path beside ``target`` to write; moved onto ``target`` when the block ends
+    without an error (a rename: a concurrent start never sees half a file), removed either way.
+    ``suffix``: what the temporary name must end with (``np.savez`` adds ``.npz`` otherwise)."""
+    partial = target.with_suffix(f".{os.getpid()}.partial{suffix}")
+    try:
+        yield partial
+        partial.replace(target)
+    finally:
+        partial.unlink(missing_ok=True)

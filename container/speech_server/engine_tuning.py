@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -43,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from speech_server.cpu_identity import cpu_model, kernel_flags, usable_cores
 from speech_server.model_assets import Progress, cache_dir
+from voicewire.cache_dir import written_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -277,9 +277,5 @@ def _write_records(path: Path, records: Mapping[str, EngineTuning]) -> None:
         "version": RECORD_VERSION,
         "records": {key: record.model_dump(mode="json") for key, record in records.items()},
     }
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    try:
+    with written_atomically(path) as partial:
         partial.write_text(json.dumps(body, indent=2) + "\n")
-        partial.replace(path)
-    finally:
-        partial.unlink(missing_ok=True)

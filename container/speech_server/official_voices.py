@@ -17,7 +17,6 @@ import base64
 import hashlib
 import json
 import logging
-import os
 import subprocess
 import tarfile
 import tempfile
@@ -33,6 +32,7 @@ from speech_server.model_assets import (
     bundled_voices_path,
     cache_dir,
 )
+from voicewire.cache_dir import written_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -152,12 +152,8 @@ def official_voices_path(
                 f"({actual[:19]}... != {package.integrity[:19]}...): not using it"
             )
         voices = _voices_in(tarball, package)
-    partial = target.with_suffix(f".{os.getpid()}.partial.npz")
-    try:
+    with written_atomically(target, suffix=".npz") as partial:
         np.savez(partial, **dict(sorted(voices.items())))
-        partial.replace(target)  # atomic: a concurrent start never sees half a file
-    finally:
-        partial.unlink(missing_ok=True)
     progress(f"voices verified (sha256 of each of {len(voices)}) and cached in {target}")
     return target
 

