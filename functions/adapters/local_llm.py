@@ -63,8 +63,8 @@ _OPERATION = "ConverseStream"
 def default_threads() -> int:
     """Half the cores this process may use, at least one: the speech server synthesizes on the
     same cores while the model writes, and a model on all of them slows the first chunk's
-    synthesis more than it speeds the text (``bench ttfa --llm local`` on 2 cores: bidi's first
-    audio 1063 ms with 2 threads, 716 ms with 1; docs/results.md)."""
+    synthesis more than it speeds the text (``bench ttfa --llm local`` on 2 cores, back to back:
+    bidi's first audio 1127 ms with 2 threads, 700 ms with 1; docs/results.md)."""
     return max(1, len(os.sched_getaffinity(0)) // 2)
 
 
