@@ -205,7 +205,7 @@ class _Connection:
     async def send_data(self, stream: Stream, data: bytes) -> None:
         view = memoryview(data)
         while view:
-            if stream.reset or self.closed:
+            if stream.reset or self.closed or self.writer.is_closing():
                 raise ClientGone("the stream is gone")
             window = self.h2.local_flow_control_window(stream.stream_id)
             if window <= 0:
@@ -226,7 +226,7 @@ class _Connection:
     @contextlib.contextmanager
     def _sending(self, stream: Stream) -> Iterator[None]:
         """What the client ended (the stream reset, the connection closed) is ``ClientGone``."""
-        if stream.reset or self.closed:
+        if stream.reset or self.closed or self.writer.is_closing():
             raise ClientGone("the stream is gone")
         try:
             yield
@@ -239,6 +239,13 @@ class _Connection:
             self.writer.write(data)
             with contextlib.suppress(ConnectionError, OSError):
                 await self.writer.drain()
+            # drain() returns without yielding while the buffer is below its high-water mark,
+            # so a handler sending parts back to back never lets the loop run. A connection
+            # the socket found dead (the client reset it) reaches the TLS layer, and
+            # ``is_closing()``, only through a callback the loop runs next: without this yield
+            # every later part went into the dead socket, and asyncio warned "socket.send()
+            # raised exception." for each one after the fifth.
+            await asyncio.sleep(0)
 
     async def _notify_window(self) -> None:
         async with self.window_opened:
