@@ -202,7 +202,7 @@ class Settings(BaseModel):
         from functions.adapters.local_llm_weights import local_model_id
 
         weights = data.get("local_llm_weights") or data.get("VOICEWIRE_LOCAL_LLM_WEIGHTS")
-        given = {k: v for k, v in data.items() if k not in ("VOICEWIRE_BEDROCK_MODEL_ID",)}
+        given = {k: v for k, v in data.items() if k != "VOICEWIRE_BEDROCK_MODEL_ID"}
         return {**given, "bedrock_model_id": local_model_id(weights)}
 
     @model_validator(mode="after")

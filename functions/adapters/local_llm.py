@@ -77,6 +77,7 @@ class LocalModel:
         """``context``: the tokens of context (prompt and answer) it holds; None: the model's
         own length (8,192 for SmolLM2), whose cache it allocates at load."""
         try:
+            import llama_cpp
             from llama_cpp import Llama
             from llama_cpp.llama_chat_format import Jinja2ChatFormatter
         except ImportError:
@@ -103,8 +104,6 @@ class LocalModel:
             eos_token=self._token_text(self.llama.token_eos()),
             bos_token=self._token_text(self.llama.token_bos()),
         )
-        import llama_cpp
-
         self._is_end_of_generation = llama_cpp.llama_vocab_is_eog
         # What Llama.create_completion asks the same question of (no public accessor).
         self._vocab = self.llama._model.vocab
@@ -139,11 +138,11 @@ class LocalLlmClient:
     """``converse_stream`` on a ``LocalModel`` (the one method of boto3's ``bedrock-runtime``
     client the pipeline uses)."""
 
-    def __init__(self, model: LocalModel) -> None:
+    def __init__(self, model: LocalModel, requests: list[dict[str, Any]] | None = None) -> None:
+        """``requests``: where to keep the requests it is sent, what Bedrock would have been
+        sent (a list the local stack shares with the replay's clients)."""
         self.model = model
-        # The requests it was sent (the local stack shares its list with the replay's): what
-        # Bedrock would have been sent.
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = [] if requests is None else requests
 
     @classmethod
     def load(
@@ -152,6 +151,7 @@ class LocalLlmClient:
         progress: Progress = logger.info,
         threads: int | None = None,
         context: int | None = None,
+        requests: list[dict[str, Any]] | None = None,
     ) -> LocalLlmClient:
         """The packaged SmolLM2-135M-Instruct (``weights`` None), or a GGUF file the user names
         (its ``modelId`` is then its file name's stem); ``threads`` None: ``default_threads()``."""
@@ -162,12 +162,12 @@ class LocalLlmClient:
         model_id = local_model_id(weights)
         started = time.monotonic()
         model = LocalModel(path, model_id, threads, context)
-        threads = f"{model.threads} thread" + ("s" if model.threads > 1 else "")
+        plural = "s" if model.threads > 1 else ""
         progress(
             f"local LLM {model_id} loaded in {time.monotonic() - started:.1f} s "
-            f"({model.context_length} tokens of context, {threads})"
+            f"({model.context_length} tokens of context, {model.threads} thread{plural})"
         )
-        return cls(model)
+        return cls(model, requests)
 
     def converse_stream(self, **request: Any) -> dict[str, Any]:
         self.requests.append(request)

@@ -239,8 +239,8 @@ class LocalStack:
                 options.local_llm_weights,
                 progress=lambda line: self.progress(f"llm: {line}"),
                 threads=options.local_llm_threads,
+                requests=self.llm_requests,
             )
-            self._local_llm.requests = self.llm_requests
         voices = self._wait_for_speech()
         self._start_runtime(runtime_socket)
 
