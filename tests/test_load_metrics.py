@@ -1,6 +1,7 @@
 """The speech server reports its own load for autoscaling (``speech_server.load_metrics``): open
-bidirectional sessions and the engine's busy share, through boto3's real CloudWatch client (moto
-behind it), from the real app on a real port."""
+bidirectional sessions and the engine's busy share, and each answer's first audio for the
+endpoint's latency alarm, through boto3's real CloudWatch client (moto behind it), from the real
+app on a real port."""
 
 from __future__ import annotations
 
@@ -20,12 +21,16 @@ from websockets.sync.client import connect
 
 from speech_server.load_metrics import (
     ENGINE_BUSY,
+    FIRST_AUDIO,
+    MAX_DISTINCT_VALUES,
     NAMESPACE,
     OPEN_SESSIONS,
     LoadGauge,
     LoadReporter,
     MetricsTarget,
     cloudwatch_publisher,
+    metric_data,
+    values_with_counts,
 )
 
 TARGET = MetricsTarget("voicewire-kokoro-82m", "AllTraffic", "us-east-1", period_seconds=0.5)
@@ -102,10 +107,15 @@ def test_the_server_counts_its_sessions_and_engine_time_and_publishes_them(aws):
         assert ping()["open_sessions"] == 0
         with connect(server.ws_url) as session:
             session.send(json.dumps({"text": "Hello there, this is a test.", "request_id": "r"}))
-            while True:
+            # A later sentence of the same answer: no listener waits on it, so not counted.
+            session.send(
+                json.dumps({"text": "And more.", "request_id": "s", "fast_start": False})
+            )
+            completes = []
+            while len(completes) < 2:
                 frame = session.recv(timeout=10)
                 if isinstance(frame, str) and json.loads(frame)["type"] == "synthesis_complete":
-                    break
+                    completes.append(json.loads(frame))
             during = ping()
             deadline = time.monotonic() + 10
             while not statistics(OPEN_SESSIONS, "Maximum") and time.monotonic() < deadline:
@@ -119,6 +129,27 @@ def test_the_server_counts_its_sessions_and_engine_time_and_publishes_them(aws):
         server.stop()
     assert max(statistics(OPEN_SESSIONS, "Maximum")) == 1.0
     assert max(statistics(ENGINE_BUSY, "Maximum")) > 10.0
+    # One answer, one first-audio figure: the one its synthesis_complete reported.
+    assert sum(statistics(FIRST_AUDIO, "SampleCount")) == 1
+    (first_audio,) = statistics(FIRST_AUDIO, "Maximum")
+    assert first_audio == round(completes[0]["first_audio_ms"]) >= 300  # a 0.3 s chunk
+
+
+def test_first_audio_goes_as_values_with_counts_that_cloudwatch_takes(aws):
+    """Percentiles need values, not a statistic set; a busy minute's many distinct figures are
+    rounded coarser to fit PutMetricData's 150 values per datum, and none is lost."""
+    figures = [100.4, 100.4, 99.6, 250.0] + [300 + n * 0.7 for n in range(1000)]
+    values, counts = values_with_counts(figures)
+    assert len(values) <= MAX_DISTINCT_VALUES and sum(counts) == len(figures)
+    assert values == sorted(values) and all(v % 10 == 0 for v in values)  # 10 ms steps
+    assert values_with_counts([100.4, 100.4, 99.6]) == ([100.0], [3.0])
+    data = metric_data(TARGET, [1], 10.0, figures)
+    assert [d["MetricName"] for d in data] == [OPEN_SESSIONS, ENGINE_BUSY, FIRST_AUDIO]
+    assert data[-1]["Unit"] == "Milliseconds"
+    cloudwatch_publisher(TARGET)(data)  # moto checks the shape as CloudWatch does
+    assert sum(statistics(FIRST_AUDIO, "SampleCount")) == len(figures)
+    # A minute that answered nothing sends no figure: the alarm sees missing data, not a zero.
+    assert FIRST_AUDIO not in [d["MetricName"] for d in metric_data(TARGET, [1], 0.0)]
 
 
 def test_a_session_idle_past_the_workers_keep_time_is_closed_and_uncounted():

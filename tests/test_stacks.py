@@ -484,10 +484,18 @@ def test_the_endpoint_scales_on_its_engines_load_and_open_sessions(endpoint):
         }  # fmt: skip
         assert policy["ScaleInCooldown"] > policy["ScaleOutCooldown"]
     alarms = {
-        a["Properties"]["MetricName"]
+        a["Properties"]["MetricName"]: a["Properties"]
         for a in resources(endpoint, "AWS::CloudWatch::Alarm").values()
     }
-    assert alarms == {"Invocation5XXErrors", "ModelLatency", "EngineBusy"}
+    assert set(alarms) == {"Invocation5XXErrors", "FirstAudio", "EngineBusy"}
+    # Latency as the listener meets it, from the container: not SageMaker's ModelLatency, which
+    # times a whole bidirectional session as one invocation.
+    first_audio = alarms["FirstAudio"]
+    assert (first_audio["Namespace"], first_audio["ExtendedStatistic"]) == (
+        "voicewire/speech", "p90",
+    )  # fmt: skip
+    assert first_audio["Threshold"] == 1000  # the GPU engine's
+    assert first_audio["Dimensions"] == dimensions
 
 
 def test_the_scaling_function_may_touch_sagemakers_scalable_targets_only(endpoint):
@@ -513,6 +521,10 @@ def test_the_image_asset_carries_the_bidirectional_streaming_label(assembly):
     dockerfile = (source / image["source"]["dockerFile"]).read_text()
     assert "com.amazonaws.sagemaker.capabilities.bidirectional-streaming=true" in dockerfile
     assert image["source"].get("platform") == "linux/amd64"
+    # The torch engine's own target, pushed with Docker v2 media types: SageMaker refuses OCI
+    # manifests, which BuildKit writes unless told otherwise.
+    assert image["source"]["dockerBuildTarget"] == "gpu"
+    assert image["source"]["dockerOutputs"] == ["type=image,oci-mediatypes=false"]
     # The build context is exactly what the Dockerfile copies (.dockerignore is an allowlist):
     # CDK names the image by the context's hash, and a new image rolls the endpoint, so a README,
     # page or stack edit must not be in it.
@@ -523,10 +535,72 @@ def test_the_image_asset_carries_the_bidirectional_streaming_label(assembly):
         "Dockerfile", "speech_server",
     ]  # fmt: skip
     copied = re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.MULTILINE)
-    assert sorted(" ".join(copied).split()) == [
+    assert sorted(set(" ".join(copied).split())) == [
         "container/speech_server", "pyproject.toml", "uv.lock", "voicewire",
     ]  # fmt: skip
     assert not list(source.rglob("__pycache__"))
+
+
+def test_the_gpu_image_asks_the_nvidia_runtime_for_the_gpu_and_the_cpu_one_needs_none():
+    """An image built FROM ubuntu gets no GPU from the NVIDIA container runtime unless its
+    environment names one (CUDA base images set these); the GPU server would then refuse to
+    start. No NVIDIA_REQUIRE_CUDA: it would refuse the AMI's driver 550 for the locked CUDA 12.8,
+    which runs there through minor-version compatibility."""
+    from stacks.speech_image import image_environment, image_stages, stage_chain
+
+    stages = image_stages()
+    gpu = image_environment(stage_chain(stages, "gpu"))
+    assert gpu["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert set(gpu["NVIDIA_DRIVER_CAPABILITIES"].split(",")) >= {"compute", "utility"}
+    assert "NVIDIA_REQUIRE_CUDA" not in gpu
+    assert (gpu["VOICEWIRE_ENGINE"], gpu["VOICEWIRE_DEVICE"]) == ("torch", "cuda")
+    cpu = image_environment(stage_chain(stages, "cpu"))
+    assert not any(key.startswith("NVIDIA_") for key in cpu)
+    assert cpu["VOICEWIRE_ENGINE"] == "onnx"
+    assert cpu["VOICEWIRE_MODEL_PATH"] == "/opt/ml/model/model.onnx"
+    # Both answer SageMaker's bidirectional stream: the label is on the stage both build from.
+    (base,) = {chain[0].name for chain in (stage_chain(stages, "gpu"), stage_chain(stages, "cpu"))}
+    assert any("bidirectional-streaming=true" in label for label in stages[base].values("LABEL"))
+
+
+def test_an_engine_whose_image_the_dockerfile_cannot_build_is_refused_at_synth(tmp_path):
+    from stacks.speech import EndpointSettings
+    from stacks.speech_image import engine_target
+
+    # The Dockerfile as it was: one image, the GPU one, whatever the engine.
+    single = tmp_path / "Dockerfile"
+    single.write_text("FROM ubuntu:24.04 AS base\nRUN true\nFROM base AS gpu\nRUN true\n")
+    assert engine_target("torch", single) == "gpu"
+    with pytest.raises(ValueError, match="has no 'cpu' target, which builds the onnx engine"):
+        engine_target("onnx", single)
+    unnamed = tmp_path / "Unnamed"
+    unnamed.write_text("FROM ubuntu:24.04\nRUN true\n")
+    with pytest.raises(ValueError, match="name every stage"):
+        engine_target("torch", unnamed)
+    # The project's own Dockerfile builds both; a prebuilt image needs no target.
+    EndpointSettings(engine="onnx").check()
+    EndpointSettings(engine="torch").check()
+
+
+def test_the_model_waits_for_the_role_to_be_allowed_to_pull_its_image(endpoint, tmp_path):
+    """SageMaker checks the execution role's right to pull the image at CreateModel: the model
+    depends on the pull policy, built image or prebuilt alike."""
+    sys.path.insert(0, str(ROOT))
+    import app
+
+    uri = "210987654321.dkr.ecr.eu-west-1.amazonaws.com/team/voicewire-speech:v1"
+    prebuilt = app.build_app(str(tmp_path / "cdk.out"), context={"image_uri": uri}).synth()
+    prebuilt_template = Template.from_json(
+        prebuilt.get_stack_by_name("SpeechEndpoint-kokoro-82m").template
+    )
+    for template in (endpoint, prebuilt_template):
+        (pull_id,) = [
+            logical_id
+            for logical_id, policy in resources(template, "AWS::IAM::Policy").items()
+            if "ecr:BatchGetImage" in json.dumps(policy["Properties"]["PolicyDocument"])
+        ]
+        (model,) = resources(template, "AWS::SageMaker::Model").values()
+        assert pull_id in model["DependsOn"]
 
 
 def test_a_prebuilt_image_needs_no_asset_and_its_repository_may_be_pulled(tmp_path):
@@ -602,6 +676,18 @@ def test_the_onnx_engine_runs_on_a_cpu_instance_with_the_assembled_files(tmp_pat
     (variant,) = config["Properties"]["ProductionVariants"]
     assert variant["InstanceType"] == "ml.c7i.xlarge"
     assert "InferenceAmiVersion" not in variant  # a CPU has no NVIDIA driver to choose
+    # The ONNX engine's own image (the GPU one lacks onnxruntime and the graph tools), and the
+    # CPU engine's first-audio alarm.
+    stack = built.get_stack_by_name("SpeechEndpoint-kokoro-82m-cpu")
+    manifest = json.loads(Path(built.directory, f"{stack.stack_name}.assets.json").read_text())
+    (image,) = manifest["dockerImages"].values()
+    assert image["source"]["dockerBuildTarget"] == "cpu"
+    assert image["source"]["dockerOutputs"] == ["type=image,oci-mediatypes=false"]
+    (first_audio,) = [
+        a for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+        if a["Properties"]["MetricName"] == "FirstAudio"
+    ]  # fmt: skip
+    assert first_audio["Properties"]["Threshold"] == 2500
     voice_api = json.dumps(built.get_stack_by_name("VoiceApi").template)
     assert "voicewire-kokoro-82m-cpu" in voice_api  # the agent speaks through that endpoint
     assert "SpeechModelCache-kokoro-82m-cpu" not in [s.stack_name for s in built.stacks]

@@ -29,7 +29,11 @@ def sha256_of(path: Path) -> str:
 def written_atomically(target: Path, suffix: str = "") -> Iterator[Path]:
     """A temporary path beside ``target`` to write; moved onto ``target`` when the block ends
     without an error (a rename: a concurrent start never sees half a file), removed either way.
-    ``suffix``: what the temporary name must end with (``np.savez`` adds ``.npz`` otherwise)."""
+    ``suffix``: what the temporary name must end with (``np.savez`` adds ``.npz`` otherwise).
+
+    The directory is made if it is missing: a fresh container's cache does not exist yet, and the
+    speech image's first start writes its split graph there before anything else has."""
+    target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(f".{os.getpid()}.partial{suffix}")
     try:
         yield partial

@@ -71,6 +71,7 @@ def create_app(
         try:
             slot.synthesizer = Synthesizer(engine_factory())
             gauge.busy_seconds = lambda: slot.synthesizer.busy_seconds  # type: ignore[union-attr]
+            gauge.take_first_audio_ms = slot.synthesizer.take_first_audio_ms
             slot.status = "ready"
         except Exception as error:  # reported by /ping and every request, and logged
             logger.exception("loading the speech model failed")

@@ -8,7 +8,12 @@ the fleet would not grow when it should. So the container reports its own load, 
   minute's average, minimum and maximum);
 - ``EngineBusy``: the percentage of the minute the synthesis thread spent in the engine. The
   engine is one thread per instance (``speech_server.synthesis``), so this is how close the
-  instance is to the cliff where every listener's audio queues (docs/capacity.md).
+  instance is to the cliff where every listener's audio queues (docs/capacity.md);
+- ``FirstAudio``: each answer's first audio (a fast-start request, whose listener waits), in
+  milliseconds from the server starting on it to its first audio frame, queueing behind other
+  sessions included; sent as values with counts, so CloudWatch gives percentiles. The endpoint's
+  latency alarm watches its p90: SageMaker's own ``ModelLatency`` times an invocation, and a
+  bidirectional session is one invocation however many answers it carries.
 
 Every instance publishes under the same dimensions (``EndpointName``, ``VariantName``), so the
 ``Average`` across instances is the per-instance figure target tracking needs; stacks/speech.py
@@ -30,7 +35,8 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +45,10 @@ logger = logging.getLogger(__name__)
 NAMESPACE = "voicewire/speech"
 OPEN_SESSIONS = "OpenSessions"
 ENGINE_BUSY = "EngineBusy"
+FIRST_AUDIO = "FirstAudio"
+# PutMetricData takes at most 150 distinct values per datum (CloudWatch API reference,
+# MetricDatum.Values): a busy minute's figures are rounded coarser until they fit.
+MAX_DISTINCT_VALUES = 150
 PERIOD_SECONDS = 60.0  # CloudWatch's standard resolution, what target tracking evaluates
 SAMPLE_SECONDS = 1.0
 
@@ -49,6 +59,8 @@ class LoadGauge:
 
     open_sessions: int = 0
     busy_seconds: Callable[[], float] = lambda: 0.0  # the synthesizer's, once the model loaded
+    # The answers' first-audio figures since the last call (the synthesizer's, once loaded).
+    take_first_audio_ms: Callable[[], list[float]] = list
 
     @contextlib.contextmanager
     def session(self) -> Iterator[None]:
@@ -98,10 +110,14 @@ class MetricsTarget:
 
 
 def metric_data(
-    target: MetricsTarget, session_samples: list[int], busy_percent: float
+    target: MetricsTarget,
+    session_samples: list[int],
+    busy_percent: float,
+    first_audio_ms: Sequence[float] = (),
 ) -> list[dict[str, Any]]:
-    """One period's figures as ``PutMetricData``'s ``MetricData``."""
-    return [
+    """One period's figures as ``PutMetricData``'s ``MetricData`` (no ``FirstAudio`` datum in a
+    minute that answered nothing: CloudWatch then has no data, which the alarm treats as fine)."""
+    data = [
         {
             "MetricName": OPEN_SESSIONS,
             "Dimensions": target.dimensions,
@@ -120,6 +136,30 @@ def metric_data(
             "Unit": "Percent",
         },
     ]
+    if first_audio_ms:
+        values, counts = values_with_counts(first_audio_ms)
+        data.append(
+            {
+                "MetricName": FIRST_AUDIO,
+                "Dimensions": target.dimensions,
+                "Values": values,
+                "Counts": counts,
+                "Unit": "Milliseconds",
+            }
+        )
+    return data
+
+
+def values_with_counts(samples: Sequence[float]) -> tuple[list[float], list[float]]:
+    """``samples`` as PutMetricData's ``Values`` and ``Counts``: whole milliseconds, or coarser
+    steps (10, 100, ... ms) when a minute holds more distinct figures than a datum may carry."""
+    step = 1.0
+    while True:
+        rounded = Counter(round(sample / step) * step for sample in samples)
+        if len(rounded) <= MAX_DISTINCT_VALUES:
+            ordered = sorted(rounded)
+            return ordered, [float(rounded[value]) for value in ordered]
+        step *= 10
 
 
 class LoadReporter:
@@ -147,7 +187,8 @@ class LoadReporter:
                 samples.append(self.gauge.open_sessions)
             elapsed = time.monotonic() - started
             busy = (self.gauge.busy_seconds() - busy_before) / elapsed * 100
-            await self._publish(metric_data(self.target, samples, busy))
+            first_audio = self.gauge.take_first_audio_ms()
+            await self._publish(metric_data(self.target, samples, busy, first_audio))
 
     async def _publish(self, data: list[dict[str, Any]]) -> None:
         try:

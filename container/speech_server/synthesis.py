@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
 from collections.abc import AsyncGenerator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from speech_server.engines import SpeechEngine
 from speech_server.word_timings import SpokenWord
 from voicewire.speech_protocol import SAMPLE_WIDTH, CompletionStatus, SynthesisComplete
 
+FIRST_AUDIO_KEPT = 10_000  # first-audio figures held between two reports (a minute's worth)
 FRAME_SECONDS = 0.2  # 9,600 bytes of 24 kHz s16le: fine-grained for cancel, small overhead
 SILENCE_THRESHOLD = 0.01  # |sample| below this, at the ends of a chunk, is silence
 EDGE_PAD_SECONDS = 0.015  # keep a little room so onsets and final consonants are not clipped
@@ -112,9 +114,20 @@ class Synthesizer:
         # Seconds the synthesis thread has spent in the engine: what loads an instance
         # (speech_server.load_metrics). Written by that one thread only.
         self.busy_seconds = 0.0
+        # Each answer's first audio (a fast-start request: its listener waits), in ms from the
+        # request's start to its first frame, until the load reporter takes them: what the
+        # endpoint's first-audio alarm watches (speech_server.load_metrics). Bounded: with no
+        # reporter (a laptop) nobody takes them.
+        self._first_audio_ms: deque[float] = deque(maxlen=FIRST_AUDIO_KEPT)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def take_first_audio_ms(self) -> list[float]:
+        """The first-audio figures of the answers since the last call."""
+        taken = list(self._first_audio_ms)
+        self._first_audio_ms.clear()
+        return taken
 
     async def pcm_frames(
         self,
@@ -167,6 +180,8 @@ class Synthesizer:
                         return
                     frame = item[offset : offset + self.frame_bytes]
                     stats.count_frame(frame)
+                    if fast_start and stats.audio_bytes == len(frame):  # its first frame
+                        self._first_audio_ms.append(stats.first_audio_ms)  # type: ignore[arg-type]
                     yield frame
         finally:
             producer.cancel()
