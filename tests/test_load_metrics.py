@@ -108,9 +108,7 @@ def test_the_server_counts_its_sessions_and_engine_time_and_publishes_them(aws):
         with connect(server.ws_url) as session:
             session.send(json.dumps({"text": "Hello there, this is a test.", "request_id": "r"}))
             # A later sentence of the same answer: no listener waits on it, so not counted.
-            session.send(
-                json.dumps({"text": "And more.", "request_id": "s", "fast_start": False})
-            )
+            session.send(json.dumps({"text": "And more.", "request_id": "s", "fast_start": False}))
             completes = []
             while len(completes) < 2:
                 frame = session.recv(timeout=10)
