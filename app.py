@@ -7,6 +7,9 @@ Context values (``cdk deploy -c name=value``): ``bedrock_model_id`` (the model t
 (``torch`` on a GPU, the default, or ``onnx`` on a CPU), ``instance_type`` (default
 ``ml.g5.xlarge``, ``ml.c7i.xlarge`` for onnx), ``image_uri`` (a prebuilt speech image: no
 Docker build), ``speech_endpoint_name`` (another endpoint for the agent's speech),
+``speech_engine`` (the engine of the endpoint the agent speaks to, ``torch`` or ``onnx``:
+the worker's and the AgentCore app's time limits follow it; default: ``engine``, whose endpoint
+this app describes; ``agent-infra deploy`` reads it from the deployed endpoint and sets it),
 ``model_files`` (the directory of the model's files that SpeechModelCache deploys; default: where
 ``speech-infra`` stages them, ``~/.cache/voicewire/speech-model/<model>-<engine>``; without one,
 the app has no SpeechModelCache stack and the endpoint mounts what the bucket already holds),
@@ -29,6 +32,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from functions.worker_policy import SPEECH_ENGINES
 from stacks.agent_runtime import VoiceAgentRuntime
 from stacks.speech import EndpointSettings, SpeechEndpoint, SpeechFoundation
 from stacks.speech_model_cache import SpeechModelCache
@@ -87,7 +91,7 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
     settings = VoiceApiSettings(
         bedrock_model_id=context("bedrock_model_id") or DEFAULT_MODEL,
         speech_endpoint_name=context("speech_endpoint_name") or endpoint_settings.endpoint_name,
-        speech_engine=endpoint_settings.engine,
+        speech_engine=speech_engine(context("speech_engine"), endpoint_settings.engine),
         speech_capacity_sessions=int(
             endpoint_settings.max_instances * endpoint_settings.target_sessions_per_instance
         ),
@@ -125,6 +129,19 @@ def build_app(outdir: str | None = None, context: dict[str, object] | None = Non
     if flag(context("page")):
         VoicePage(app, "VoicePage", api, env=env)
     return app
+
+
+def speech_engine(given: object, endpoint_engine: str) -> str:
+    """The ``speech_engine`` context, checked: the agent may speak to an endpoint this app does
+    not describe (``speech_endpoint_name``), and its time limits must follow that endpoint's
+    engine, not this app's ``engine``."""
+    engine = str(given or endpoint_engine)
+    if engine not in SPEECH_ENGINES:
+        raise ValueError(
+            f"speech_engine: expected one of {', '.join(SPEECH_ENGINES)} (the engine of the "
+            f"endpoint the agent speaks to), not {engine!r}"
+        )
+    return engine
 
 
 def flag(value: object) -> bool:

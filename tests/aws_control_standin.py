@@ -1,8 +1,10 @@
 """A real HTTP server that speaks what moto does not: Bedrock's model-access API (REST-JSON:
 ``GET /foundation-model-availability/{modelId}``, ``GET /use-case-for-model-access``), Bedrock
-runtime's ``POST /model/{modelId}/converse`` and Service Quotas' ``ListServiceQuotas`` (JSON 1.1,
-``X-Amz-Target``), with the response and error shapes of botocore's service models. boto3's real
-clients reach it through ``AWS_ENDPOINT_URL_<SERVICE>``, next to moto for the rest."""
+runtime's ``POST /model/{modelId}/converse``, Service Quotas' ``ListServiceQuotas`` (JSON 1.1,
+``X-Amz-Target``) and Lambda's ``GET /2016-08-19/account-settings`` (``GetAccountSettings``, which
+moto answers "Not yet implemented"), with the response and error shapes of botocore's service
+models. boto3's real clients reach it through ``AWS_ENDPOINT_URL_<SERVICE>``, next to moto for
+the rest."""
 
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ class Account:
     use_case_submitted: bool = True
     converse_error: tuple[str, str] | None = None  # (error type, message)
     quotas: dict[str, float] = field(default_factory=dict)  # quota name -> value
+    # Lambda's AccountLimit: 1000 is the documented default; new accounts have less.
+    lambda_concurrency: int = 1000
+    lambda_unreserved: int | None = None  # None: nothing reserved, all of it
     calls: list[str] = field(default_factory=list)
 
 
@@ -45,6 +50,21 @@ def serve(account: Account) -> LoopbackServer:
                     "authorizationStatus": account.authorization,
                     "entitlementAvailability": account.entitlement,
                     "regionAvailability": account.region,
+                })  # fmt: skip
+            elif path.rstrip("/") == "/2016-08-19/account-settings":
+                account.calls.append("GetAccountSettings")
+                unreserved = account.lambda_unreserved
+                self._json(200, {
+                    "AccountLimit": {
+                        "TotalCodeSize": 80530636800,
+                        "CodeSizeUnzipped": 262144000,
+                        "CodeSizeZipped": 52428800,
+                        "ConcurrentExecutions": account.lambda_concurrency,
+                        "UnreservedConcurrentExecutions": (
+                            account.lambda_concurrency if unreserved is None else unreserved
+                        ),
+                    },
+                    "AccountUsage": {"TotalCodeSize": 0, "FunctionCount": 0},
                 })  # fmt: skip
             elif path == "/use-case-for-model-access":
                 account.calls.append("GetUseCaseForModelAccess")

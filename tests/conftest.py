@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -17,6 +18,12 @@ from speech_server.app import EngineFactory, create_app
 from speech_server.engines import SpeechEngine
 from speech_server.engines.onnx_engine import KokoroOnnxEngine
 from speech_server.settings import EngineSettings
+from voicewire_tools.local_stack.sagemaker_runtime import (
+    INITIAL_RESPONSES as SAGEMAKER_INITIAL_RESPONSES,
+)
+
+if TYPE_CHECKING:
+    from voicewire.speech_link import SpeechStreamError
 
 
 @pytest.fixture
@@ -158,14 +165,88 @@ def start_runtime_for(container_url: str, tmp_dir, **options) -> LocalRuntime:
     return LocalRuntime(running, tls, key)
 
 
+# When the local front door answers a new stream (``sagemaker_runtime``'s module docstring):
+# AWS does not say which SageMaker does, so the speech link is tested against both.
+INITIAL_RESPONSES = SAGEMAKER_INITIAL_RESPONSES
+
+
+class RuntimesByAnswer:
+    """The local SageMaker runtime in front of the session's speech server, one per way of
+    answering, each started when first asked for."""
+
+    def __init__(self, container_url: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.container_url, self.tmp_path_factory = container_url, tmp_path_factory
+        self.started: dict[str, LocalRuntime] = {}
+
+    def __getitem__(self, initial_response: str) -> LocalRuntime:
+        if initial_response not in self.started:
+            self.started[initial_response] = start_runtime_for(
+                self.container_url,
+                self.tmp_path_factory.mktemp("tls"),
+                initial_response=initial_response,
+            )
+        return self.started[initial_response]
+
+    def stop(self) -> None:
+        for local in self.started.values():
+            local.running.stop()
+
+
 @pytest.fixture(scope="session")
-def sagemaker_runtime(speech_server, tmp_path_factory) -> Iterator[LocalRuntime]:
-    """SageMaker's front door and sidecar, locally, in front of the session's speech server."""
-    local = start_runtime_for(
-        speech_server.base_url.replace("http://", "ws://"), tmp_path_factory.mktemp("tls")
-    )
-    yield local
-    local.running.stop()
+def sagemaker_runtimes(speech_server, tmp_path_factory) -> Iterator[RuntimesByAnswer]:
+    """For a fixture of its own parameters (``test_speech_link.session_for``): asking for
+    ``sagemaker_runtime`` would run each of its tests, the websocket link's too, once per way."""
+    container_url = speech_server.base_url.replace("http://", "ws://")
+    runtimes = RuntimesByAnswer(container_url, tmp_path_factory)
+    yield runtimes
+    runtimes.stop()
+
+
+@pytest.fixture(scope="session", params=INITIAL_RESPONSES)
+def sagemaker_runtime(request, sagemaker_runtimes) -> LocalRuntime:
+    """SageMaker's front door and sidecar, locally, in front of the session's speech server:
+    each test that uses it runs twice, against a front door answering each stream after its
+    first request event and against one answering at once."""
+    return sagemaker_runtimes[request.param]
+
+
+def refused_event(local: LocalRuntime, response: httpx.Response, *, first: bool = True) -> str:
+    """How ``local`` refused a request event, as "ErrorType: message": the first event, held
+    before the answer (``after_first_event``), with an HTTP error (403 for its signature, 400
+    if unreadable), as AWS refuses before a response; once the response has started (at once,
+    or a later event), with the response stream's one ``InternalStreamFailure`` event."""
+    import json
+
+    from botocore.eventstream import EventStreamBuffer
+
+    if first and local.runtime.initial_response == "after_first_event":
+        assert response.status_code in (400, 403)
+        body = response.json()
+        return f"{response.headers['x-amzn-errortype']}: {body.get('message', body.get('Message'))}"
+    assert response.status_code == 200
+    buffer = EventStreamBuffer()
+    buffer.add_data(response.content)
+    failures = [event for event in buffer if event.headers[":message-type"] == "exception"]
+    assert [failure.headers[":exception-type"] for failure in failures] == ["InternalStreamFailure"]
+    return json.loads(failures[0].payload)["Message"]
+
+
+async def refusal(session, within: float = 30) -> SpeechStreamError:
+    """Open ``session``, send one text: the error its events end with, after which the session
+    is closed. Over SageMaker a refusal of the stream surfaces there (``connect_failed``), not
+    from ``open``: the transport sends before SageMaker answers."""
+    from voicewire.speech_link import SpeechStreamError
+
+    await session.open()
+    try:
+        request_id = await session.send("Hello.")
+        with pytest.raises(SpeechStreamError) as raised:
+            async with asyncio.timeout(within):
+                async for _ in session.events(request_id):
+                    pass
+    finally:
+        await session.close()
+    return raised.value
 
 
 @pytest.fixture(scope="module")

@@ -1,25 +1,31 @@
 """What a first deployment needs from the account (``account_readiness``), through boto3's real
-clients: IAM and API Gateway on moto; Bedrock's model access and Service Quotas, which moto lacks,
-on a stand-in speaking their wire shapes (``aws_control_standin``)."""
+clients: IAM, API Gateway, SageMaker's endpoints and ECR on moto; Bedrock's model access, Service
+Quotas and Lambda's account settings, which moto lacks, on a stand-in speaking their wire shapes
+(``aws_control_standin``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import boto3
 import pytest
 from aws_control_standin import Account, serve
+from moto_endpoints import deploy_endpoint
 
+from functions.worker_policy import WorkerPolicy
 from voicewire_tools.commands import account_readiness as readiness
+from voicewire_tools.commands import deployed_endpoint
 
 MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+ENDPOINT = "voicewire-kokoro-82m"
 
 
 @pytest.fixture
 def control(aws, monkeypatch):
     account = Account()
     with serve(account) as server:
-        for service in ("BEDROCK", "BEDROCK_RUNTIME", "SERVICE_QUOTAS"):
+        for service in ("BEDROCK", "BEDROCK_RUNTIME", "SERVICE_QUOTAS", "LAMBDA"):
             monkeypatch.setenv(f"AWS_ENDPOINT_URL_{service}", server.url)
         yield account
 
@@ -125,16 +131,189 @@ def test_a_model_not_offered_here_is_said(control):
     assert not any(call.startswith("Converse") for call in control.calls)
 
 
+GPU, CPU = "ml.g4dn.xlarge", "ml.c5.xlarge"  # moto's instance types (tests/moto_endpoints.py)
+QUOTA = f"{GPU} for endpoint usage"
+
+
 @pytest.mark.parametrize(
     ("value", "ready", "blocks", "said"),
-    [(0.0, False, True, "needs 1 to start"), (2.0, True, False, "autoscaling stops at 2 of its 4"),
-     (4.0, True, False, "runs 1 to 4")],
+    [(0.0, False, True, "needs 1 to start"),
+     (1.0, False, False, "no update would fit even at 1 running (it needs 2)"),
+     (2.0, True, False, "autoscaling stops at 2 of its 4; an update brings up a second fleet "
+                        "beside the first, so updates fit only while at most 1 run"),
+     (8.0, True, False, "autoscaling may run all 4; an update (a second fleet beside the first) "
+                        "fits even at 4")],
 )  # fmt: skip
-def test_the_endpoints_instance_quota(control, value, ready, blocks, said):
-    control.quotas = {"ml.g4dn.xlarge for endpoint usage": 8.0,
-                      "ml.g5.xlarge for endpoint usage": value}  # fmt: skip
-    finding = readiness.endpoint_instance_quota(session(), "ml.g5.xlarge", 1, 4)
+def test_a_first_deploy_needs_the_minimum_and_says_what_updates_will_need(
+    control, value, ready, blocks, said
+):
+    control.quotas = {"ml.g5.xlarge for endpoint usage": 8.0, QUOTA: value}
+    finding = readiness.endpoint_instance_quota(session(), GPU, 1, 4)
     assert (finding.ready, finding.blocks) == (ready, blocks) and said in finding.detail
+
+
+def test_other_endpoints_instances_of_the_type_count_against_the_quota(control):
+    deploy_endpoint("someone-elses", "torch", GPU, instances=3)
+    deploy_endpoint("a-cpu-one", "onnx", CPU, instances=2)  # another type: its own quota
+    control.quotas = {QUOTA: 3.0}
+    finding = readiness.endpoint_instance_quota(session(), GPU, 1, 4)
+    assert finding.blocks and finding.detail.startswith("3 (3 held by someone-elses): 0 free")
+    assert "request an increase to at least 4 in Service Quotas (quota L-00000000)" in (
+        finding.detail
+    )
+    control.quotas = {QUOTA: 4.0}  # starts, but an update would need 2 free
+    finding = readiness.endpoint_instance_quota(session(), GPU, 1, 4)
+    assert (finding.ready, finding.blocks) == (False, False)
+    assert "request an increase to at least 5" in finding.detail
+
+
+def test_an_update_needs_room_for_a_second_fleet_of_what_runs_now(control):
+    """Blue/green: 3 running instances need 3 more while the update runs. The check asked only
+    for the minimum (1), and an update at 3 would have failed after minutes."""
+    deploy_endpoint(ENDPOINT, "torch", GPU, instances=3)
+    deployed = deployed_endpoint.describe_endpoint(session(), ENDPOINT)
+    control.quotas = {QUOTA: 4.0}
+    finding = readiness.endpoint_instance_quota(session(), GPU, 1, 4, deployed=deployed)
+    assert finding.blocks
+    assert f"{ENDPOINT} runs 3 {GPU}, and an update starts a second fleet of 3" in finding.detail
+    assert "6 at once: only 4 free" in finding.detail
+    assert "request an increase to at least 6" in finding.detail
+    assert "or wait until autoscaling has scaled in to 2" in finding.detail
+    control.quotas = {QUOTA: 6.0}
+    finding = readiness.endpoint_instance_quota(session(), GPU, 1, 4, deployed=deployed)
+    assert (
+        finding.ready
+        and "6 at once: 6 free (later updates fit while at most 3 of its 4 run)" in (finding.detail)
+    )
+
+
+def test_an_update_to_another_instance_type_needs_only_the_new_fleet_of_that_type(control):
+    deploy_endpoint(ENDPOINT, "torch", GPU, instances=3)
+    deployed = deployed_endpoint.describe_endpoint(session(), ENDPOINT)
+    other = "ml.g4dn.2xlarge for endpoint usage"
+    control.quotas = {QUOTA: 0.0, other: 3.0}  # the old fleet's own quota is not this one
+    finding = readiness.endpoint_instance_quota(
+        session(), "ml.g4dn.2xlarge", 1, 4, deployed=deployed
+    )
+    assert finding.ready and "the update starts 3 ml.g4dn.2xlarge beside them" in finding.detail
+    control.quotas = {other: 1.0}
+    finding = readiness.endpoint_instance_quota(
+        session(), "ml.g4dn.2xlarge", 1, 4, deployed=deployed
+    )
+    assert finding.blocks and "only 1 free" in finding.detail
+    assert "wait until autoscaling has scaled in to 1" in finding.detail
+
+
+def test_an_update_with_no_room_to_wait_for_names_only_the_increase(control):
+    deploy_endpoint(ENDPOINT, "torch", GPU, instances=1)
+    deploy_endpoint("someone-elses", None, GPU, instances=2)
+    deployed = deployed_endpoint.describe_endpoint(session(), ENDPOINT)
+    control.quotas = {QUOTA: 3.0}  # 2 elsewhere + 1 running: the second fleet has no room
+    finding = readiness.endpoint_instance_quota(session(), GPU, 1, 4, deployed=deployed)
+    assert finding.blocks and "2 at once: only 1 free" in finding.detail
+    assert "at least 4" in finding.detail and "wait" not in finding.detail
+
+
+def test_a_deployed_endpoint_says_its_engine_from_its_container(aws):
+    assert deployed_endpoint.describe_endpoint(session(), ENDPOINT) is None
+    deploy_endpoint(ENDPOINT, "onnx", CPU, instances=2)
+    deployed = deployed_endpoint.describe_endpoint(session(), ENDPOINT)
+    assert (deployed.engine, deployed.instance_type, deployed.instances) == ("onnx", CPU, 2)
+    assert deployed.status == "InService"
+    deploy_endpoint("someone-elses", None, GPU)
+    assert deployed_endpoint.describe_endpoint(session(), "someone-elses").engine is None
+
+
+# --- the prebuilt image --------------------------------------------------------------------------
+
+REPOSITORY = "voicewire-speech"
+REGISTRY = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+DOCKER_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def push(tag: str, media_type: str) -> str:
+    """An image manifest into moto's ECR under ``tag``; its digest."""
+    ecr = boto3.client("ecr", region_name="us-east-1")
+    with contextlib.suppress(ecr.exceptions.RepositoryAlreadyExistsException):
+        ecr.create_repository(repositoryName=REPOSITORY)
+    manifest = {"schemaVersion": 2, "mediaType": media_type, "tag": tag,
+                "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
+                           "size": 2, "digest": "sha256:" + "0" * 64}, "layers": []}  # fmt: skip
+    image = ecr.put_image(
+        repositoryName=REPOSITORY, imageManifest=json.dumps(manifest), imageTag=tag,
+        imageManifestMediaType=media_type,
+    )["image"]  # fmt: skip
+    return image["imageId"]["imageDigest"]
+
+
+def test_an_image_pushed_with_docker_media_types_is_taken_by_tag_or_digest(aws):
+    digest = push("v1", DOCKER_V2)
+    for uri in (f"{REGISTRY}/{REPOSITORY}:v1", f"{REGISTRY}/{REPOSITORY}@{digest}"):
+        finding = readiness.endpoint_image(session(), uri, "torch")
+        assert finding.ready and finding.detail.startswith(f"{digest}, {DOCKER_V2}")
+
+
+@pytest.mark.parametrize(
+    "media_type",
+    ["application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.index.v1+json"],
+)
+def test_an_oci_image_is_refused_with_how_to_push_it_as_docker_v2(aws, media_type):
+    push("oci", media_type)
+    uri = f"{REGISTRY}/{REPOSITORY}:oci"
+    finding = readiness.endpoint_image(session(), uri, "torch")
+    assert finding.blocks and f"its manifest is OCI ({media_type})" in finding.detail
+    assert "SageMaker refuses OCI manifests" in finding.detail
+    assert (
+        f"--provenance=false --output type=image,name={uri},oci-mediatypes=false,push=true "
+        "-f container/Dockerfile --target gpu ."  # the torch engine's image
+    ) in finding.detail
+
+
+def test_an_image_that_is_not_there_is_one_sentence(aws):
+    missing_repository = readiness.endpoint_image(session(), f"{REGISTRY}/nowhere:v1", "onnx")
+    assert missing_repository.blocks
+    assert missing_repository.detail == (
+        "account 123456789012 has no repository nowhere in us-east-1: push the image first"
+    )
+    push("v1", DOCKER_V2)
+    for reference, said in ((":v2", "the tag v2"), ("", "the tag latest"),
+                            ("@sha256:" + "1" * 64, "the digest sha256:111")):  # fmt: skip
+        finding = readiness.endpoint_image(session(), f"{REGISTRY}/{REPOSITORY}{reference}", "onnx")
+        assert finding.blocks and f"has no image with {said}" in finding.detail
+
+
+# --- Lambda's concurrency ------------------------------------------------------------------------
+
+
+def test_a_new_accounts_lambda_concurrency_is_said_against_the_speech_fleet(control):
+    """A new account's 10 concurrent executions: about 6 turns at once, against the 152
+    conversations 4 instances serve; each turn holds its worker up to its timeout."""
+    control.lambda_concurrency = 10
+    finding = readiness.lambda_concurrency(
+        session(), speech_sessions=152, stage_rate=152.0, worker=WorkerPolicy()
+    )
+    assert (finding.ready, finding.blocks) == (False, False)
+    assert finding.detail.startswith(
+        "10 unreserved of 10 concurrent executions in us-east-1: about 6 turns can speak at once"
+    )
+    assert "the 152 conversations the speech fleet serves at its largest" in finding.detail
+    assert "152 actions a second the stage throttle admits (up to 18240 turns" in finding.detail
+    assert "one that waits over 30 s ends turn_expired" in finding.detail
+    assert "at least 156 in Service Quotas (quota L-B99A9384)" in finding.detail
+    assert control.calls == ["GetAccountSettings"]
+
+
+def test_reserved_concurrency_leaves_less_for_the_turns(control):
+    control.lambda_concurrency, control.lambda_unreserved = 1000, 120  # 880 reserved elsewhere
+    finding = readiness.lambda_concurrency(
+        session(), speech_sessions=152, stage_rate=152.0, worker=WorkerPolicy()
+    )
+    assert not finding.ready and "about 116 turns" in finding.detail
+    assert "at least 1036" in finding.detail  # 880 reserved + 152 turns + 4 short routes
+    control.lambda_unreserved = None
+    assert readiness.lambda_concurrency(
+        session(), speech_sessions=152, stage_rate=152.0, worker=WorkerPolicy()
+    ).ready
 
 
 def test_what_the_account_needs_is_one_block_of_lines():

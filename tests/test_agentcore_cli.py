@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 import boto3
 import pytest
-from test_infra_cli import deploys  # noqa: F401 (the fixture: deploy up to the CDK CLI)
+from test_infra_cli import deploys, standin  # noqa: F401 (fixtures: deploy up to the CDK CLI)
 
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
 from voicewire_tools.commands import agent_infra
@@ -53,7 +53,8 @@ def test_deploy_checks_the_model_and_makes_no_token_secret(deploys, capsys):  # 
     assert exited.value.code == 0
     ((action, stacks, context),) = deploys
     assert (action, stacks) == ("deploy", ["VoiceAgentRuntime"])
-    assert context == {"runtime": "agentcore", "bedrock_model_id": model}  # no access_logs
+    # No access_logs; the speech engine read from the endpoint (its stall limit follows it).
+    assert context == {"runtime": "agentcore", "bedrock_model_id": model, "speech_engine": "torch"}
     said = capsys.readouterr().out
     assert f"NEED  Bedrock model {model}: not subscribed yet" in said
     assert "API Gateway CloudWatch role" not in said

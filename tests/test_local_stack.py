@@ -43,13 +43,16 @@ async def test_speak_returns_a_whole_turn(stack):
 
 
 async def test_the_stack_speaks_through_a_front_door_as_strict_as_sagemaker(stack):
-    """By default the worker's speech goes through the local SageMaker runtime, which recomputes
-    every signature with the key this stack issued and cuts the container's frames into PARTIAL
-    parts at random: a turn is whole through both, and a key the stack did not issue is refused
-    as AWS refuses it."""
-    from voicewire.speech_link import SpeechStreamError, open_speech_session
+    """By default the worker's speech goes through the local SageMaker runtime, which answers a
+    stream only once its first event has come, recomputes every signature with the key this
+    stack issued and cuts the container's frames into PARTIAL parts at random: a turn is whole
+    through all three, and a key the stack did not issue is refused as AWS refuses it."""
+    from conftest import refusal
+
+    from voicewire.speech_link import open_speech_session
     from voicewire_tools.local_stack.sigv4_verifier import AccessKey
 
+    assert stack.options.sagemaker_initial_response == "after_first_event"
     counters = stack.runtime_counters
     opened, partial = counters.streams_opened, counters.partial_parts
     stack.keep_speech_sessions(False)  # a session per turn: this turn's stream is a new one
@@ -71,11 +74,9 @@ async def test_the_stack_speaks_through_a_front_door_as_strict_as_sagemaker(stac
         trusted_ca_file=stack.tls.ca_file,
         boto3_session=stranger,
     )
-    with pytest.raises(SpeechStreamError) as refused:
-        async with session:
-            pass
-    assert refused.value.code == "connect_failed"
-    assert "403 UnrecognizedClientException" in refused.value.message
+    refused = await refusal(session)
+    assert refused.code == "connect_failed"
+    assert "403 UnrecognizedClientException" in refused.message
 
 
 async def test_ask_bidi_speaks_before_the_text_is_done(stack):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import boto3
 import pytest
-from conftest import LocalRuntime, start_runtime_for
+from conftest import INITIAL_RESPONSES, LocalRuntime, refusal, start_runtime_for
 from websockets.asyncio.server import ServerConnection, serve
 
 from voicewire.speech_link import (
@@ -131,28 +131,38 @@ async def deaf_container(reader: asyncio.StreamReader, writer: asyncio.StreamWri
 # --- the 250 ms to accept ---------------------------------------------------------------------
 
 
-async def test_a_container_slower_than_250_ms_to_accept_fails_the_open(tmp_path):
+@pytest.mark.parametrize("initial_response", INITIAL_RESPONSES)
+async def test_a_container_slower_than_250_ms_to_accept_fails_the_open(tmp_path, initial_response):
     """SageMaker's container contract: the WebSocket accepted within 250 ms. The default limit
-    is AWS's; a container taking 400 ms is a 424 ModelError before the stream opens."""
+    is AWS's; a container taking 400 ms is a 424 ModelError before the stream opens (after
+    its first event, for a front door that holds its answer for it): the session's first
+    request is told."""
     assert SageMakerLimits().container_accept_seconds == CONTAINER_ACCEPT_SECONDS == 0.25
-    async with container(accept_delay=0.4) as url, runtime_for(url, tmp_path) as local:
-        session = open_through(local)
-        with pytest.raises(SpeechStreamError) as raised:
-            await session.open()
+    async with (
+        container(accept_delay=0.4) as url,
+        runtime_for(url, tmp_path, initial_response=initial_response) as local,
+    ):
+        error = await refusal(open_through(local))
         refused = local.runtime.counters.streams_refused
-    assert raised.value.code == "connect_failed"
-    assert "ModelError" in raised.value.message
-    assert "did not accept the WebSocket within 250 ms" in raised.value.message
+    assert error.code == "connect_failed"
+    assert "ModelError" in error.message
+    assert "did not accept the WebSocket within 250 ms" in error.message
     assert refused == 1
 
 
 async def test_a_container_within_250_ms_opens(tmp_path):
-    async with (
-        container(accept_delay=0.05) as url,
-        runtime_for(url, tmp_path) as local,
-        open_through(local) as session,
-    ):
-        assert session.is_open
+    async with container(accept_delay=0.05) as url, runtime_for(url, tmp_path) as local:
+        transport = transport_through(local)
+        await transport.connect()
+        try:
+            # Something to relay: a front door holding its answer opens the container only then.
+            await transport.send_message(json.dumps({"frames": [{"text": "accepted"}]}).encode())
+            async with asyncio.timeout(10):
+                assert await transport.receive() == "accepted"
+        finally:
+            await transport.close()
+        counters = local.runtime.counters
+    assert (counters.streams_opened, counters.streams_refused) == (1, 0)
 
 
 async def test_the_speech_server_accepts_within_250_ms_while_synthesizing(speech_server, tmp_path):
@@ -168,11 +178,13 @@ async def test_the_speech_server_accepts_within_250_ms_while_synthesizing(speech
         opened = 0
         while not answer.done():
             async with open_through(local) as other:
-                assert other.is_open
+                # A ping opens the stream through a front door that holds its answer for it.
+                await other.ping(within=5)
             opened += 1
         completed = (await answer)[-1]
     assert isinstance(completed, SynthesisComplete) and completed.status == "complete"
     assert opened >= 1 and local.runtime.counters.streams_refused == 0
+    assert local.runtime.counters.streams_opened == opened + 1
 
 
 async def collect(events: AsyncIterator[SpeechEvent]) -> list[SpeechEvent]:
@@ -184,7 +196,8 @@ async def collect(events: AsyncIterator[SpeechEvent]) -> list[SpeechEvent]:
 
 async def test_a_container_that_answers_no_ping_loses_its_stream(tmp_path):
     """SageMaker pings every 60 s and closes after 5 unanswered (here every 0.1 s, 3 missed):
-    the stream ends with a ModelStreamError, StreamBroken."""
+    the stream ends with a ModelStreamError, StreamBroken. (A text goes first: a front door
+    that holds its answer for the first event opens the container only then.)"""
     server = await asyncio.start_server(deaf_container, "127.0.0.1", 0)
     url = f"ws://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     limits = SageMakerLimits(container_ping_interval_seconds=0.1, container_missed_pongs=3)
@@ -193,13 +206,15 @@ async def test_a_container_that_answers_no_ping_loses_its_stream(tmp_path):
             runtime_for(url, tmp_path, limits=limits) as local,
             open_through(local) as session,
         ):
-            async with asyncio.timeout(10):
-                await session.wait_ended()
+            request_id = await session.send("Anyone there?")
+            with pytest.raises(SpeechStreamError) as unanswered:
+                async with asyncio.timeout(10):
+                    await collect(session.events(request_id))
             with pytest.raises(SpeechStreamError) as raised:
-                await session.send("Anyone there?")
+                await session.send("Still there?")
     finally:
         server.close()
-    assert raised.value.code == "model_stream_error"
+    assert unanswered.value.code == raised.value.code == "model_stream_error"
     assert "answered none of 3 WebSocket pings" in raised.value.message
     assert "(StreamBroken)" in raised.value.message
 

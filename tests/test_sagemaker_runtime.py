@@ -11,6 +11,7 @@ import ssl
 import httpx
 import pytest
 from botocore.eventstream import EventStreamBuffer
+from conftest import refused_event
 from sigv4_signing import PATH, SignedRequest
 from smithy_aws_event_stream.events import EventMessage
 
@@ -105,22 +106,39 @@ async def test_signed_payload_parts_reach_the_container_and_come_back(sagemaker_
     assert all(e.headers[":message-type"] == "event" for e in events)
 
 
-async def test_an_unsigned_event_is_an_internal_stream_failure(sagemaker_runtime):
+async def test_an_unsigned_event_is_refused(sagemaker_runtime):
+    """Held for (refused before the answer: 403) or not (the stream's InternalStreamFailure)."""
     body = payload_part(b'{"type": "ping"}')  # no signature envelope
     async with client_for(sagemaker_runtime) as client:
         headers = (await signed_request(sagemaker_runtime)).headers
         response = await client.post(PATH, headers=headers, content=body)
-    (failure,) = [e for e in decode(response.content) if e.headers[":message-type"] == "exception"]
-    assert failure.headers[":exception-type"] == "InternalStreamFailure"
-    assert "not signed" in json.loads(failure.payload)["Message"]
+    message = refused_event(sagemaker_runtime, response)
+    assert message.startswith("IncompleteSignatureException: a request event is not signed")
 
 
-async def test_a_corrupt_event_is_an_internal_stream_failure(sagemaker_runtime):
+async def test_a_corrupt_event_is_refused(sagemaker_runtime):
+    """Held for (refused before the answer: 400) or not (the stream's InternalStreamFailure)."""
     request = await signed_request(sagemaker_runtime)
     event = bytearray(await request.event(payload_part(b'{"type": "ping"}')))
     event[-1] ^= 0xFF  # the message CRC no longer matches
     async with client_for(sagemaker_runtime) as client:
         response = await client.post(PATH, headers=request.headers, content=bytes(event))
-    (failure,) = [e for e in decode(response.content) if e.headers[":message-type"] == "exception"]
-    assert failure.headers[":exception-type"] == "InternalStreamFailure"
-    assert "unreadable request event" in json.loads(failure.payload)["Message"]
+    message = refused_event(sagemaker_runtime, response)
+    assert message.removeprefix("InputValidationError: ").startswith("unreadable request event")
+    if response.status_code != 200:
+        assert (response.status_code, response.headers["x-amzn-errortype"]) == (
+            400,
+            "InputValidationError",
+        )
+
+
+async def test_an_input_ended_before_any_event_is_answered_and_ended(sagemaker_runtime):
+    """Nothing to relay: a held answer is a 200 with an empty stream, no container opened."""
+    counters = sagemaker_runtime.runtime.counters
+    opened = counters.streams_opened
+    request = await signed_request(sagemaker_runtime)
+    async with client_for(sagemaker_runtime) as client:
+        response = await client.post(PATH, headers=request.headers, content=await request.end())
+    assert response.status_code == 200 and decode(response.content) == []
+    held = sagemaker_runtime.runtime.initial_response == "after_first_event"
+    assert counters.streams_opened == opened + (0 if held else 1)

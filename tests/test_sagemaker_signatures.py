@@ -8,13 +8,13 @@ sign wrongly are made with the SDK's own configuration hooks (its plugins, its a
 signers), never by mocking the SDK.
 
 Through httpx (``sigv4_signing``: the SDK's signing code without its client), the event chain:
-replayed, reordered, foreign-key and stale events end the stream.
+replayed, reordered, foreign-key and stale events end the stream, or, for the first event of a
+front door that holds its answer for it, are refused before the answer.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import re
 import ssl
 from datetime import UTC, datetime, timedelta
@@ -33,7 +33,7 @@ from aws_sdk_sagemaker_runtime_http2.models import (
 )
 from aws_sdk_signers import AsyncEventSigner
 from botocore.eventstream import EventStreamBuffer
-from conftest import start_runtime_for
+from conftest import INITIAL_RESPONSES, refusal, refused_event, start_runtime_for
 from sigv4_signing import PATH, SignedRequest
 from smithy_aws_core.auth import SigV4AuthScheme
 from smithy_aws_core.identity import AWSCredentialsIdentity
@@ -72,15 +72,16 @@ def sdk_plugins(monkeypatch):
 
 
 async def refused(runtime, transport) -> SpeechStreamError:
-    """Open a session over ``transport``: the typed error, after checking nothing opened."""
+    """A session over ``transport``, opened and sent a text: the typed error its events end
+    with (the transport sends before SageMaker answers, so a refusal surfaces there), after
+    checking nothing opened."""
     counters = runtime.runtime.counters
     opened, refused_before = counters.streams_opened, counters.streams_refused
-    with pytest.raises(SpeechStreamError) as raised:
-        await SpeechSession(transport).open()
+    error = await refusal(SpeechSession(transport))
     assert counters.streams_opened == opened
     assert counters.streams_refused == refused_before + 1
-    assert raised.value.code == "connect_failed"
-    return raised.value
+    assert error.code == "connect_failed"
+    return error
 
 
 def session_with(runtime, key: AccessKey, **options) -> SpeechSession:
@@ -174,15 +175,6 @@ async def post(runtime, request: SignedRequest, body: bytes) -> httpx.Response:
         return await client.post(PATH, headers=request.headers, content=body)
 
 
-def stream_failure(response: httpx.Response) -> str:
-    """The message of the response stream's one ``InternalStreamFailure`` event."""
-    buffer = EventStreamBuffer()
-    buffer.add_data(response.content)
-    failures = [e for e in buffer if e.headers[":message-type"] == "exception"]
-    assert [f.headers[":exception-type"] for f in failures] == ["InternalStreamFailure"]
-    return json.loads(failures[0].payload)["Message"]
-
-
 # --- before the stream opens: the production client's view --------------------------------------
 
 
@@ -221,10 +213,16 @@ async def test_a_production_variant_that_is_not_there_is_an_input_validation_err
     assert raised.value.message == "Endpoint kokoro-82m has no production variant Canary."
 
 
-async def test_a_model_container_that_refuses_the_stream_is_a_model_error(speech_server, tmp_path):
-    """The container answers the sidecar's WebSocket handshake with an HTTP error."""
+@pytest.mark.parametrize("initial_response", INITIAL_RESPONSES)
+async def test_a_model_container_that_refuses_the_stream_is_a_model_error(
+    speech_server, tmp_path, initial_response
+):
+    """The container answers the sidecar's WebSocket handshake with an HTTP error (a front
+    door holding its answer for the first event opens the container only then)."""
     local = start_runtime_for(
-        speech_server.base_url.replace("http://", "ws://") + "/no-such-route", tmp_path
+        speech_server.base_url.replace("http://", "ws://") + "/no-such-route",
+        tmp_path,
+        initial_response=initial_response,
     )
     try:
         error = await refused(local, local.transport())
@@ -401,8 +399,8 @@ async def test_a_replayed_or_reordered_event_ends_the_stream(sagemaker_runtime, 
     body = first + first + second if order == "replayed" else second + first
     before = sagemaker_runtime.runtime.counters.request_parts
     response = await post(sagemaker_runtime, request, body)
-    message = stream_failure(response)
     event = 2 if order == "replayed" else 1
+    message = refused_event(sagemaker_runtime, response, first=event == 1)
     assert message == f"InvalidSignatureException: {MISMATCH} (request event {event})"
     # Nothing after the broken link reached the container.
     assert sagemaker_runtime.runtime.counters.request_parts == before + event - 1
@@ -426,7 +424,7 @@ async def test_an_event_signed_with_another_key_ends_the_stream(sagemaker_runtim
         request.headers,  # the same seed: only the key differs
     )
     body = await foreign.events(payload_part(PING))
-    message = stream_failure(await post(sagemaker_runtime, request, body))
+    message = refused_event(sagemaker_runtime, await post(sagemaker_runtime, request, body))
     assert message == f"InvalidSignatureException: {MISMATCH} (request event 1)"
 
 
@@ -445,8 +443,9 @@ async def test_an_event_signed_over_five_minutes_ago_ends_the_stream(
     request = await SignedRequest.sign(
         sagemaker_runtime.running.endpoint_url, sagemaker_runtime.credentials
     )
-    message = stream_failure(
-        await post(sagemaker_runtime, request, await request.events(payload_part(PING)))
+    message = refused_event(
+        sagemaker_runtime,
+        await post(sagemaker_runtime, request, await request.events(payload_part(PING))),
     )
     assert message.startswith("InvalidSignatureException: Signature expired: ")
     assert message.endswith("- 5 min.) (request event 1)")
@@ -456,7 +455,9 @@ async def test_an_unsigned_event_ends_the_stream(sagemaker_runtime):
     request = await SignedRequest.sign(
         sagemaker_runtime.running.endpoint_url, sagemaker_runtime.credentials
     )
-    message = stream_failure(await post(sagemaker_runtime, request, payload_part(PING)))
+    message = refused_event(
+        sagemaker_runtime, await post(sagemaker_runtime, request, payload_part(PING))
+    )
     assert message.startswith("IncompleteSignatureException: a request event is not signed")
 
 
@@ -477,6 +478,22 @@ async def test_an_event_signer_bug_is_an_internal_stream_failure(sagemaker_runti
         await session.close()
     assert raised.value.code == "internal_stream_failure"
     assert raised.value.message == f"InvalidSignatureException: {MISMATCH} (request event 2)"
+
+
+async def test_a_bad_first_event_signature_reaches_the_session(sagemaker_runtime, sdk_plugins):
+    """The SDK's signer, broken on the first event, the one a front door may hold its answer
+    for: refused before the answer (403, ``connect_failed``) or once the stream has opened
+    (``internal_stream_failure``), the session's requests are told AWS's words either way."""
+    sdk_plugins.append(lambda config: config.set_auth_scheme(CorruptingScheme(corrupt=1)))
+    error = await refusal(sagemaker_runtime.session())
+    expected = f"InvalidSignatureException: {MISMATCH} (request event 1)"
+    if sagemaker_runtime.runtime.initial_response == "after_first_event":
+        assert error.code == "connect_failed"
+        assert type(error.__cause__) is UnmodeledServiceError
+        assert error.message == f"cannot open SageMaker endpoint 'kokoro-82m': 403 {expected}"
+    else:
+        assert error.code == "internal_stream_failure"
+        assert error.message == expected
 
 
 async def test_credentials_refreshed_mid_stream_keep_the_streams_key(
@@ -510,13 +527,14 @@ async def test_credentials_refreshed_mid_stream_keep_the_streams_key(
         stream = await client.invoke_endpoint_with_bidirectional_stream(
             InvokeEndpointWithBidirectionalStreamInput(endpoint_name="kokoro-82m")
         )
-        _, output = await stream.await_output()
+        # Sent before the answer, which a front door may hold until this first event.
         await stream.input_stream.send(
             RequestStreamEventPayloadPart(value=RequestPayloadPart(bytes_=PING, data_type="UTF8"))
         )
-        with pytest.raises(InternalStreamFailure) as raised:
-            await output.receive()
+        with pytest.raises((InternalStreamFailure, UnmodeledServiceError)) as raised:
+            _, output = await stream.await_output()  # held: refused before the answer (403)
+            await output.receive()  # at once: the stream's InternalStreamFailure
         await stream.input_stream.close()
     finally:
         await client.close()
-    assert raised.value.message == f"InvalidSignatureException: {MISMATCH} (request event 1)"
+    assert raised.value.message.endswith(f"InvalidSignatureException: {MISMATCH} (request event 1)")

@@ -134,11 +134,19 @@ async def test_a_kept_session_that_does_not_answer_a_ping_is_replaced(sagemaker_
 
 
 async def test_a_session_that_cannot_open_is_a_typed_error(sagemaker_runtime):
+    """SageMaker refuses the stream: the transport sent before the answer, so the refusal is
+    the first request's error (``connect_failed``), and the session is not kept."""
     sessions = keeper(sagemaker_runtime)
     sessions._open_session = lambda: sagemaker_runtime.session("no-such-endpoint")
+    ready = await sessions.acquire()
+    request_id = await ready.session.send("Never spoken.")
     with pytest.raises(SpeechStreamError) as raised:
-        await sessions.acquire()
-    assert raised.value.code == "connect_failed"
+        async with asyncio.timeout(30):
+            async for _ in ready.session.events(request_id):
+                pass
+    await sessions.release(ready.session, reusable=True)
+    assert raised.value.code == "connect_failed" and "not found" in raised.value.message
+    assert not ready.session.is_open and sessions._kept is None
 
 
 async def test_calling_off_an_opening_leaves_nothing_open(sagemaker_runtime):

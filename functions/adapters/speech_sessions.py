@@ -1,9 +1,10 @@
 """Speech sessions for the worker: opened early, and kept warm between turns where that is safe.
 
-A new bidirectional session costs its set-up before the first sentence can go out: on AWS a TLS
+A new bidirectional session costs its set-up before the first sentence's audio: on AWS a TLS
 handshake, HTTP/2, SigV4 and SageMaker opening its sidecar's WebSocket to the container; locally
-the same path measures ~55 ms (``voicewire bench session``). Two things take it off the
-critical path:
+the same path measures ~55 ms (``voicewire bench session``). Over SageMaker the first sentence
+goes up with the request, so the set-up overlaps with it rather than coming before it. Two
+things take it off the critical path:
 
 - the worker asks for its session when the turn starts, while the LLM's first tokens are still
   coming (``TurnRunner`` waits for it only at the first sentence);
@@ -78,7 +79,9 @@ class KeptSpeechSession:
 
     async def acquire(self) -> ReadySession:
         """A kept session that passes its checks, else a new one; raises
-        ``SpeechSessionError`` when a new one cannot be opened."""
+        ``SpeechSessionError`` when a new one cannot be opened. Over SageMaker a refusal of
+        the stream comes later, as its first request's error (``connect_failed``): the
+        transport sends before SageMaker answers (``sagemaker_transport``)."""
         started = time.perf_counter()
         kept, self._kept = self._kept, None
         stale = False

@@ -84,7 +84,10 @@ class SpeechSession:
         self._answered = asyncio.Event()  # set while nothing is outstanding
         self._answered.set()
         self._pings: dict[str, asyncio.Future[None]] = {}
-        self.open_ms: float | None = None  # how long ``open`` took: the session's set-up cost
+        # How long ``open`` took: the session's set-up cost, as far as ``open`` waits for it
+        # (over SageMaker the stream goes on opening with the first message: see
+        # ``sagemaker_transport``).
+        self.open_ms: float | None = None
 
     @property
     def target(self) -> str:
@@ -108,6 +111,9 @@ class SpeechSession:
         await self.close()
 
     async def open(self) -> None:
+        """Open the transport and start reading. Over SageMaker this returns before SageMaker
+        has answered: a refusal then fails the session's requests (and pings) with
+        ``connect_failed``, as a failure later in the stream fails them with its own code."""
         started = time.perf_counter()
         await self._transport.connect()
         self.open_ms = round((time.perf_counter() - started) * 1000, 1)
@@ -294,12 +300,10 @@ class SpeechSession:
         self._outstanding.clear()
         self._answered.set()
         for request_id in list(self._queues):
-            self._queues[request_id].put_nowait(
-                SpeechStreamError(failure.code, failure.message, request_id)
-            )
+            self._queues[request_id].put_nowait(_copy_of(failure, request_id))
         for answered in self._pings.values():
             if not answered.done():
-                answered.set_exception(SpeechStreamError(failure.code, failure.message))
+                answered.set_exception(_copy_of(failure, None))
 
     def _route(self, frame: str | bytes) -> None:
         if isinstance(frame, str):
@@ -357,6 +361,14 @@ class SpeechSession:
         queue = self._queues.get(request_id) if request_id is not None else None
         if queue is not None:
             queue.put_nowait(item)
+
+
+def _copy_of(failure: SpeechSessionError, request_id: str | None) -> SpeechStreamError:
+    """The session's failure, told to one waiter, with its cause: what the transport saw
+    (SageMaker's refusal of the stream, its error event), which a person needs to act on it."""
+    copy = SpeechStreamError(failure.code, failure.message, request_id)
+    copy.__cause__ = failure.__cause__
+    return copy
 
 
 def _json_object(text: str) -> dict[str, Any] | None:

@@ -12,7 +12,12 @@ class SpeechTransport(Protocol):
         ...
 
     async def connect(self) -> None:
-        """Open the stream; raises ``SpeechStreamError("connect_failed")`` when it cannot."""
+        """Open the stream, or start opening it; raises ``SpeechStreamError("connect_failed")``
+        when it cannot. It may return before the service has answered (``SageMakerTransport``
+        sends its first message with the request, since a service may answer only after the
+        first event): ``send_message`` works at once, and a refusal, or no answer in time, then
+        surfaces from ``receive`` as ``SpeechStreamError("connect_failed", ...)`` (and from
+        ``send_message`` once known)."""
         ...
 
     async def send_message(self, payload: bytes) -> None:
@@ -21,8 +26,9 @@ class SpeechTransport(Protocol):
 
     async def receive(self) -> str | bytes | None:
         """The next frame: ``str`` for a known text (control) frame, ``bytes`` when the transport
-        cannot tell (the control-frame rule decides), ``None`` once the stream has ended.
-        Raises ``SpeechStreamError`` when the stream fails."""
+        cannot tell (the control-frame rule decides), ``None`` once the stream has ended (or
+        was closed before the service answered). Raises ``SpeechStreamError`` when the stream
+        fails, ``connect_failed`` when it never opened."""
         ...
 
     async def close(self, graceful: bool = True) -> None:

@@ -1,8 +1,8 @@
 """``agent-infra``: the agent side of a deployment (the WebSocket API and its functions).
 
     uv run agent-infra deploy|diff|synth|destroy --bedrock-model-id ID [--endpoint-name NAME]
-        [--allowed-origins https://app.example.com] [--with-page] [--binary-audio]
-        [--create-api-logging-role] [--enable-model]
+        [--speech-engine torch|onnx] [--allowed-origins https://app.example.com] [--with-page]
+        [--binary-audio] [--create-api-logging-role] [--enable-model]
     uv run agent-infra deploy|diff|synth|destroy --runtime agentcore --bedrock-model-id ID ...
     uv run agent-infra token [--ttl 120] [--principal NAME]
     uv run agent-infra url --runtime-arn ARN [--region R] [--session-id S] [--expires 300]
@@ -11,9 +11,15 @@
         [--token TOKEN] [--json report.json]
     uv run agent-infra check --runtime-arn ARN [--json report.json]
 
-``deploy`` makes the token secret (an SSM SecureString, which CloudFormation cannot create) if
-the account has none yet, says what the account has and still needs (``account_readiness``: the
-API Gateway CloudWatch role the stage's access logs need, the Bedrock model's first use), then
+``deploy`` and ``diff`` first read the speech endpoint (``--endpoint-name``, default
+``voicewire-kokoro-82m``) for the engine its container runs: the worker's timeout and speech
+stall limit (and the AgentCore app's) follow it (``functions/worker_policy.py``), so it comes
+from the endpoint, not from a flag that could be wrong. ``--speech-engine`` names it where the
+endpoint cannot say (not deployed yet, not voicewire's) and is refused where it contradicts the
+endpoint. ``deploy`` then makes the token secret (an SSM SecureString, which CloudFormation cannot
+create) if the account has none yet, says what the account has and still needs
+(``account_readiness``: the API Gateway CloudWatch role the stage's access logs need, Lambda's
+concurrency against what the speech fleet serves, the Bedrock model's first use), then
 deploys the VoiceApi stack; ``--with-page`` also deploys
 VoicePage, the browser page on CloudFront with the API's URL filled in (its ``PageUrl`` output).
 ``token`` mints a connection token from the deployed secret. ``demo`` runs ``voicewire demo``'s
@@ -43,19 +49,27 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from functions.auth_tokens import TOKEN_SECRET_PARAMETER
+from functions.worker_policy import SPEECH_ENGINES
 from voicewire_tools.commands.account_readiness import (
     Finding,
     api_logging_role,
+    lambda_concurrency,
     model_access,
     render,
+    said,
 )
 from voicewire_tools.commands.cdk_runner import InfraError, check_account, check_node, run_cdk
 from voicewire_tools.commands.demo import add_arguments as add_demo_arguments
+from voicewire_tools.commands.deployed_endpoint import ENGINE_VARIABLE, describe_endpoint
 from voicewire_tools.commands.up import agent_choice
 from voicewire_tools.deployed_tickets import deployed_token, ticket_minter
 
 RUNTIMES = ("apigateway", "agentcore")  # app.py's context ``runtime``
+# app.py's endpoint when no speech_endpoint_name is given: voicewire-<its default speech_model>.
+DEFAULT_SPEECH_ENDPOINT = "voicewire-kokoro-82m"
 AGENTCORE_STACK = "VoiceAgentRuntime"
 AGENTCORE_ENDPOINT = "live"  # stacks/agent_runtime.py's ENDPOINT_NAME
 MAX_PRESIGNED_SECONDS = 300  # AgentCore's limit for a presigned /ws URL (the SDK enforces it)
@@ -90,7 +104,15 @@ def build_parser() -> argparse.ArgumentParser:
             "--bedrock-model-id", required=action != "destroy",
             help="the Bedrock model (or inference profile) the agent uses",
         )  # fmt: skip
-        infra.add_argument("--endpoint-name", help="the speech endpoint (voicewire-kokoro-82m)")
+        infra.add_argument(
+            "--endpoint-name", help=f"the speech endpoint (default {DEFAULT_SPEECH_ENDPOINT})"
+        )
+        infra.add_argument(
+            "--speech-engine", choices=sorted(SPEECH_ENGINES),
+            help="the speech endpoint's engine, where the endpoint cannot say (not deployed yet, "
+            "or not voicewire's); deploy and diff read it from the endpoint and refuse a "
+            "different one. synth: the worker's limits for it (default torch)",
+        )  # fmt: skip
         infra.add_argument(
             "--allowed-origins",
             help="comma-separated browser origins that may connect (default: any)",
@@ -255,6 +277,9 @@ def plan(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
         context["bedrock_model_id"] = args.bedrock_model_id
     if args.endpoint_name:
         context["speech_endpoint_name"] = args.endpoint_name
+    if args.speech_engine:
+        # synth and destroy as given; deploy and diff put the endpoint's own here (infra).
+        context["speech_engine"] = args.speech_engine
     if args.allowed_origins:
         context["allowed_origins"] = args.allowed_origins
     if args.binary_audio:
@@ -281,26 +306,107 @@ def infra(args: argparse.Namespace) -> int:
     if args.command in ("deploy", "diff"):
         check_node()
         account, region = check_account()
+        session = boto3_session(region)
+        # Before anything is created: a wrong engine would deploy the wrong time limits.
+        engine, said_engine = speech_engine(args, session)
+        context["speech_engine"] = engine
+        print(said_engine)
         if args.runtime == "agentcore":
             # No token secret and no stage: only the model's readiness concerns this stack.
-            findings = model_findings(args, boto3_session(region))
+            findings = model_findings(args, session)
             print(render(account, region, findings))
             return run_cdk(args.command, stacks, context, needs_account=needs_account)
         if args.command == "deploy" and ensure_token_secret(region):
             print(f"created the token secret {TOKEN_SECRET_PARAMETER} (SSM SecureString)")
-        findings = account_findings(args, region)
+        findings = account_findings(args, session, engine)
         print(render(account, region, findings))
         context["access_logs"] = "true" if findings[0].ready else "false"
     return run_cdk(args.command, stacks, context, needs_account=needs_account)
 
 
-def account_findings(args: argparse.Namespace, region: str) -> list[Finding]:
+def speech_engine(args: argparse.Namespace, session: Any) -> tuple[str, str]:
+    """The engine of the speech endpoint the agent speaks to, read from the endpoint itself
+    (its model's container environment), and a line saying what the agent gets with it;
+    InfraError where it cannot be known or contradicts ``--speech-engine``."""
+    from stacks.voice_api import VoiceApiSettings
+
+    name = args.endpoint_name or DEFAULT_SPEECH_ENDPOINT
+    given = args.speech_engine
+    deploy_it = f"speech-infra deploy {name.removeprefix('voicewire-')} " + (
+        f"--engine {given}" if given else "[--engine onnx]"
+    )
+
+    def as_given(reason: str) -> tuple[str, str]:
+        return given, f"{name}, the {given} engine as --speech-engine says ({reason})"
+
+    try:
+        deployed = describe_endpoint(session, name)
+    except (BotoCoreError, ClientError) as error:
+        if not given:
+            raise InfraError(
+                f"could not read the speech endpoint {name} ({said(error)}), whose engine sets "
+                "the agent's time limits: allow sagemaker:DescribeEndpoint, "
+                "DescribeEndpointConfig and DescribeModel, or name its engine with "
+                "--speech-engine torch|onnx"
+            ) from None
+        engine, what = as_given(f"unverified: {said(error)}")
+    else:
+        if deployed is None:
+            if not given:
+                raise InfraError(
+                    f"the speech endpoint {name} does not exist in {session.region_name}, and "
+                    f"the agent's time limits follow its engine: deploy it first ({deploy_it}) "
+                    "or name its engine with --speech-engine torch|onnx"
+                )
+            engine, what = as_given("unverified: not deployed yet")
+        elif deployed.engine is None:
+            if not given:
+                raise InfraError(
+                    f"the speech endpoint {name} is not one voicewire deployed (its model sets "
+                    f"no {ENGINE_VARIABLE}), so its engine is unknown: name it with "
+                    "--speech-engine torch|onnx"
+                )
+            engine, what = as_given("the endpoint does not say")
+        elif given and given != deployed.engine:
+            raise InfraError(
+                f"--speech-engine {given}, but {name} runs the {deployed.engine} engine (on "
+                f"{deployed.instance_type}): drop --speech-engine, or redeploy the endpoint "
+                f"with the {given} engine first ({deploy_it} --replace-engine)"
+            )
+        else:
+            engine = deployed.engine
+            what = (f"{name} runs the {engine} engine ({deployed.instances} "
+                    f"{deployed.instance_type}, {deployed.status})")  # fmt: skip
+    policy = VoiceApiSettings(bedrock_model_id="", speech_engine=engine).worker_policy
+    stall = f"a {policy.speech_chunk_timeout_seconds:g} s speech stall limit"
+    gets = (
+        f"the agent gets {stall}"
+        if args.runtime == "agentcore"
+        else f"the worker gets a {policy.timeout_seconds} s timeout and {stall}"
+    )
+    return engine, f"speech: {what}: {gets}"
+
+
+def account_findings(args: argparse.Namespace, session: Any, engine: str) -> list[Finding]:
     """What the account has and still needs (``account_readiness``); the first is the logging
     role, which decides the stage's access logs. Only ``deploy`` creates or invokes anything."""
-    session = boto3_session(region)
+    from stacks.voice_api import VoiceApiSettings
+
     deploying = args.command == "deploy"
-    findings = [api_logging_role(session, create=deploying and args.create_api_logging_role)]
-    return findings + model_findings(args, session)
+    # The settings app.py gives the stack (speech_capacity_sessions: its default, the fleet's
+    # maximum), with the endpoint's engine.
+    settings = VoiceApiSettings(bedrock_model_id=args.bedrock_model_id, speech_engine=engine)
+    rate, _ = settings.stage_throttle
+    return [
+        api_logging_role(session, create=deploying and args.create_api_logging_role),
+        lambda_concurrency(
+            session,
+            speech_sessions=settings.speech_capacity_sessions,
+            stage_rate=rate,
+            worker=settings.worker_policy,
+        ),
+        *model_findings(args, session),
+    ]
 
 
 def boto3_session(region: str | None) -> Any:

@@ -3,8 +3,11 @@
 A turn's figures mix the LLM, the engine and the link. To see the link alone, open sessions the
 way the worker does and time what does not depend on the engine:
 
-- ``open_ms``: opening a session (over SageMaker: the client's set-up, TLS, HTTP/2, SigV4, the
-  front door opening its sidecar's WebSocket to the container; over a WebSocket: the handshake);
+- ``open_ms``: from opening a session to the pong of its first ``ping``: the set-up (over
+  SageMaker: the client's set-up, TLS, HTTP/2, SigV4, the front door opening its sidecar's
+  WebSocket to the container; over a WebSocket: the handshake) and one round trip. Over
+  SageMaker ``SpeechSession.open`` returns before the stream is open (``sagemaker_transport``
+  sends before SageMaker's answer), so only an answer shows the set-up done;
 - ``round_trip_ms``: a ``ping`` answered by the container, so one message each way through all
   the framing (per chunk, the link adds this much before the engine starts and after it ends);
 - ``first_audio_ms``: a one-clause text from ``send`` to its first audio frame (the engine's
@@ -57,10 +60,11 @@ async def measure_link(
     cost = LinkCost(link)
     for _ in range(sessions):
         session: SpeechSession = open_session()
+        started = time.perf_counter()
         await session.open()
         try:
-            assert session.open_ms is not None
-            cost.open_ms.append(session.open_ms)
+            await session.ping(within=5)
+            cost.open_ms.append((time.perf_counter() - started) * 1000)
             for _ in range(pings):
                 cost.round_trip_ms.append(await session.ping(within=5))
             for _ in range(texts):

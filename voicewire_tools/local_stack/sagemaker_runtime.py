@@ -29,12 +29,30 @@ deployed code path runs locally (``voicewire up --speech-link sagemaker``) and i
   ``ModelInvocationTimeExceeded``; a request part over 512,000 bytes is an
   ``InternalStreamFailure``, a container frame over it arrives in ``PARTIAL`` parts;
 - the container closing with 1000 ends the response stream; closing any other way, or failing,
-  is a ``ModelStreamError`` event; the front door's own failures (an unreadable request event, or
-  one whose signature is missing or breaks the chain) are an ``InternalStreamFailure`` event;
-  errors before the stream opens are HTTP errors with ``x-amzn-errortype`` and the body the
-  SDK's model reads (403 as above, 400 ``InputValidationError``, 424 ``ModelError``);
+  is a ``ModelStreamError`` event; the front door's own failures once the response has started
+  (an unreadable request event, or one whose signature is missing or breaks the chain) are an
+  ``InternalStreamFailure`` event; errors before the response are HTTP errors with
+  ``x-amzn-errortype`` and the body the SDK's model reads (403 as above, 400
+  ``InputValidationError``, 424 ``ModelError``; a first request event held before the answer
+  is refused this way too, see ``initial_response`` below);
 - the client ending its input stream ends the session at once, dropping answers still on their
-  way (what SageMaker does: a client must keep its input open until the output is drained).
+  way (what SageMaker does: a client must keep its input open until the output is drained);
+- when it answers (``initial_response``): AWS does not document whether SageMaker sends its
+  response (the HTTP 200 and its headers, the event stream's initial response) as soon as the
+  request is checked or only once the first request event has come. The Smithy event-stream
+  design allows either, and a client must be able to send before the answer; AWS's samples for
+  this API send first. So the front door does both: ``"at_once"`` answers once the request is
+  checked and the container has accepted, ``"after_first_event"`` (the default, and ``voicewire
+  up``'s: as strict as AWS could be) checks the request at once (a refusal of it is answered at
+  once either way: 403, 400), then holds its answer until the first signed request event has
+  come and its signature continued the chain, and only then opens the container's WebSocket
+  (424 if it refuses), answers 200 and relays that event and the rest. While it holds, a request
+  event it cannot accept is refused with an HTTP error, as before any response: a signature
+  that does not continue the chain is AWS's 403 (``InvalidSignatureException``,
+  ``IncompleteSignatureException``; ``{"message": ...}``, as for the request's signature), an
+  unreadable event a 400 ``InputValidationError``. An input ended before any event is answered
+  200 and the response stream ended at once, no container opened (there is nothing to relay,
+  and SageMaker ends the container's session when the input ends).
 
 Libraries rather than parsers of our own: ``h2`` for HTTP/2 (``http2_server``), botocore's
 ``EventStreamBuffer`` (decoding, with CRC checks) and ``smithy_aws_event_stream``'s
@@ -98,6 +116,11 @@ HTTP1_ANSWER = Http1Answer(
 )
 
 
+# When the front door sends its response (see the module's docstring).
+InitialResponse = Literal["at_once", "after_first_event"]
+INITIAL_RESPONSES: tuple[InitialResponse, ...] = ("at_once", "after_first_event")
+
+
 @dataclass
 class StreamFault:
     """A failure to inject into the next stream (tests): after ``after_parts`` response parts,
@@ -156,6 +179,8 @@ class LocalSageMakerRuntime:
     fragment_bytes: int | None = None
     # AWS's limits on the stream (``sagemaker_limits``); tests shrink them to cross one.
     limits: SageMakerLimits = field(default_factory=SageMakerLimits)
+    # Whether the answer waits for the first request event (the strictest SageMaker could be).
+    initial_response: InitialResponse = "after_first_event"
     # Whose signatures are good: by default one new key, which ``verifier.keys`` tells.
     verifier: SigV4Verifier = field(
         default_factory=lambda: SigV4Verifier.accepting([AccessKey.issue()], REGION)
@@ -165,6 +190,8 @@ class LocalSageMakerRuntime:
     fragment_policy: FragmentPolicy = field(init=False)
 
     def __post_init__(self) -> None:
+        if self.initial_response not in INITIAL_RESPONSES:
+            raise ValueError(f"initial_response must be one of {INITIAL_RESPONSES}")
         max_part = self.limits.max_response_part_bytes
         if self.fragment_bytes is not None:
             self.fragment_policy = FragmentPolicy(max_part, every_bytes=self.fragment_bytes)
@@ -180,8 +207,15 @@ class LocalSageMakerRuntime:
 
     async def handle(self, stream: Stream) -> None:
         """One ``InvokeEndpointWithBidirectionalStream`` call."""
+        held: _Held | None = None
         try:
             container_url = self._check_request(stream)
+            if self.initial_response == "after_first_event":
+                held = await _first_event(stream)  # ClientGone: nobody to answer
+                if held.first is None:
+                    await _send_ok(stream)
+                    await stream.end()
+                    return
             container = await self._open_container(container_url)
         except _HttpError as error:
             self.counters.streams_refused += 1
@@ -190,15 +224,8 @@ class LocalSageMakerRuntime:
             return
         self.counters.streams_opened += 1
         fault = self._faults.pop(0) if self._faults else None
-        await stream.send_headers(
-            200,
-            [
-                ("content-type", EVENT_STREAM),
-                ("x-amzn-invoked-production-variant", VARIANT),
-                ("x-amzn-requestid", str(uuid.uuid4())),
-            ],
-        )
-        await _Relay(self, stream, container, fault).run()
+        await _send_ok(stream)
+        await _Relay(self, stream, container, fault, held).run()
 
     # --- before the stream opens ----------------------------------------------------------
 
@@ -295,9 +322,11 @@ class _Relay:
         stream: Stream,
         container: ClientConnection,
         fault: StreamFault | None,
+        held: _Held | None = None,
     ) -> None:
         self.runtime, self.stream = runtime, stream
         self.container, self.fault = container, fault
+        self.held = held  # what the front door read before it answered
         self.counters = runtime.counters
         self.limits = runtime.limits
         self.cutter: Cutter = runtime.fragment_policy.for_stream()
@@ -338,9 +367,23 @@ class _Relay:
             logger.debug("client gone before the stream ended")
 
     async def _upstream(self) -> _Ended:
-        """Decode the request's signed events; forward each payload part to the container."""
+        """Decode the request's signed events; forward each payload part to the container,
+        starting with what was read before the answer (the first event, and whatever came
+        after it in the same chunks)."""
         buffer = EventStreamBuffer()
+        if self.held is not None:
+            buffer = self.held.buffer
+            if self.held.first is not None:
+                await self._forward(self.held.first)
         while True:
+            try:
+                for envelope in buffer:
+                    inner = _relayed(envelope)
+                    if inner is None:
+                        return _Ended.INPUT_ENDED  # the signed empty frame ends the input
+                    await self._forward(inner)
+            except ParserError as error:
+                raise _StreamFailure("internal", f"unreadable request event: {error}") from None
             try:
                 chunk = await self.stream.receive()
             except ClientGone:
@@ -348,14 +391,6 @@ class _Relay:
             if chunk is None:
                 return _Ended.INPUT_ENDED
             buffer.add_data(chunk)
-            try:
-                for envelope in buffer:
-                    inner = _unwrap_signed(envelope)
-                    if inner is None:
-                        return _Ended.INPUT_ENDED  # the signed empty frame ends the input
-                    await self._forward(inner)
-            except ParserError as error:
-                raise _StreamFailure("internal", f"unreadable request event: {error}") from None
 
     async def _forward(self, event: EventStreamMessage) -> None:
         headers = event.headers
@@ -498,11 +533,47 @@ def _check_signature(stream: Stream, verifier: SigV4Verifier) -> EventChain:
     return chain
 
 
-def _unwrap_signed(envelope: EventStreamMessage) -> EventStreamMessage | None:
-    """A signed request event is an envelope (``:date``, ``:chunk-signature``) around the
-    event itself; the envelope with an empty payload ends the input stream.
+@dataclass
+class _Held:
+    """What the front door read before it answered (``after_first_event``): the body's decoder,
+    holding whatever came after the first event, and that event (None: the input ended first)."""
 
-    A signature that does not continue the stream's chain ends the stream with an
+    buffer: EventStreamBuffer
+    first: EventStreamMessage | None
+
+
+class _UnreadableEvent(Exception):
+    """A signed envelope that does not hold exactly one event (or came with no chain to check):
+    refused as a malformed request before the answer, as a stream failure after it."""
+
+
+async def _first_event(stream: Stream) -> _Held:
+    """Read the request body up to its first signed event, checked as every event is.
+
+    Nothing has been answered yet, so what is wrong with it is an HTTP error, as AWS answers
+    before a response: a signature that does not continue the chain is AWS's 403 with its
+    error type and ``{"message": ...}`` (the shape of the request signature's refusals,
+    ``_check_signature``), an unreadable event a 400 ``InputValidationError`` (the module's
+    other refusals of a malformed request). ``ClientGone`` if the client leaves first."""
+    buffer = EventStreamBuffer()
+    while (chunk := await stream.receive()) is not None:
+        buffer.add_data(chunk)
+        try:
+            for envelope in buffer:
+                return _Held(buffer, _unwrap_signed(envelope))
+        except EventSignatureRejected as rejected:
+            raise _HttpError(403, rejected.error_type, {"message": rejected.message}) from None
+        except (ParserError, _UnreadableEvent) as error:
+            raise _HttpError(
+                400, "InputValidationError", {"Message": f"unreadable request event: {error}"}
+            ) from None
+    return _Held(buffer, None)
+
+
+def _relayed(envelope: EventStreamMessage) -> EventStreamMessage | None:
+    """``_unwrap_signed`` once the response has started: what is wrong ends the stream.
+
+    A signature that does not continue the stream's chain ends it with an
     ``InternalStreamFailure`` event naming AWS's error (``InvalidSignatureException: ...``).
     Why that shape: once the response has started, SageMaker can only answer with an event of
     its response stream, and the API model's only exceptions there are ``ModelStreamError`` (the
@@ -511,18 +582,29 @@ def _unwrap_signed(envelope: EventStreamMessage) -> EventStreamMessage | None:
     ``KeyError``), not as a typed error. (Transcribe, whose stream model has
     ``BadRequestException``, sends a failed event signature as that modelled exception.)"""
     try:
-        _EVENT_CHAIN.get().verify(envelope)
+        return _unwrap_signed(envelope)
     except EventSignatureRejected as rejected:
         raise _StreamFailure("internal", f"{rejected.error_type}: {rejected.message}") from None
+    except _UnreadableEvent as unreadable:
+        raise _StreamFailure("internal", str(unreadable)) from None
+
+
+def _unwrap_signed(envelope: EventStreamMessage) -> EventStreamMessage | None:
+    """A signed request event is an envelope (``:date``, ``:chunk-signature``) around the
+    event itself; the envelope with an empty payload ends the input stream. Raises
+    ``EventSignatureRejected`` for a signature that does not continue the stream's chain,
+    ``_UnreadableEvent`` for an envelope that does not hold one event (or no chain to check)."""
+    try:
+        _EVENT_CHAIN.get().verify(envelope)
     except LookupError:  # no checked request: nothing to chain to
-        raise _StreamFailure("internal", "a request event came without a signed request") from None
+        raise _UnreadableEvent("a request event came without a signed request") from None
     if not envelope.payload:
         return None
     inner = EventStreamBuffer()
     inner.add_data(bytes(envelope.payload))
     messages = list(inner)
     if len(messages) != 1:
-        raise _StreamFailure("internal", "a signed envelope must hold exactly one event")
+        raise _UnreadableEvent("a signed envelope must hold exactly one event")
     return messages[0]
 
 
@@ -534,6 +616,18 @@ def _missed_pongs(closed: ConnectionClosed) -> bool:
         and not closed.rcvd_then_sent
         and closed.sent.code == 1011
         and "keepalive" in closed.sent.reason
+    )
+
+
+async def _send_ok(stream: Stream) -> None:
+    """The response's headers: the stream is open (its initial response, which has no body)."""
+    await stream.send_headers(
+        200,
+        [
+            ("content-type", EVENT_STREAM),
+            ("x-amzn-invoked-production-variant", VARIANT),
+            ("x-amzn-requestid", str(uuid.uuid4())),
+        ],
     )
 
 

@@ -34,6 +34,7 @@ from voicewire_tools.local_stack.sigv4_verifier import AccessKey, SigV4Verifier
 
 if TYPE_CHECKING:
     from functions.settings import LlmKind
+    from voicewire_tools.local_stack.sagemaker_runtime import InitialResponse
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +56,8 @@ LOCAL_CREDENTIALS = {"aws_access_key_id": "local", "aws_secret_access_key": "loc
 # client through the local SageMaker runtime and its sidecar), "websocket" a direct connection.
 SpeechLink = Literal["sagemaker", "websocket"]
 SPEECH_LINKS: tuple[SpeechLink, ...] = ("sagemaker", "websocket")
+# How the stack's start-up lines say when the SageMaker front door answers a stream.
+ANSWERS: dict[str, str] = {"at_once": "at once", "after_first_event": "after its first event"}
 
 
 @dataclass
@@ -91,6 +94,11 @@ class StackOptions:
     # the output meets cut frames. False: frames whole (sagemaker_runtime, partial_parts).
     partial_parts: bool = True
     fragment_seed: int | None = None
+    # When the SageMaker front door answers a new stream: only once its first request event has
+    # come ("after_first_event", as strict as AWS could be: AWS does not say which it does), or
+    # as soon as the request is checked and the container has accepted ("at_once"). See
+    # sagemaker_runtime.
+    sagemaker_initial_response: InitialResponse = "after_first_event"
     # Every sample tool waits this long (a slow tool, to demonstrate the filler and barge-in).
     tool_latency_ms: float = 0.0
     agent: str = "builtin"  # who answers an ask: builtin, strands, strands:module:function
@@ -344,10 +352,13 @@ class LocalStack:
             verifier=SigV4Verifier.accepting([self.credentials], REGION),
             fragments=self.options.partial_parts,
             fragment_seed=self.options.fragment_seed,
+            initial_response=self.options.sagemaker_initial_response,
         )
         # The seed replays the cuts of a run that failed: shown with the stack's other lines.
+        runtime = self._runtime.runtime
         self.progress(
-            f"SageMaker runtime: PARTIAL parts {self._runtime.runtime.fragment_policy.describe()}"
+            f"SageMaker runtime: PARTIAL parts {runtime.fragment_policy.describe()}; "
+            f"answers a stream {ANSWERS[runtime.initial_response]}"
         )
 
     def speech_session_factory(self, link: SpeechLink) -> Callable[[], Any]:
