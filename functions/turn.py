@@ -53,7 +53,8 @@ from functions.agent_events import (
     with_still_running,
 )
 from functions.agent_loop import BedrockAgent
-from functions.heard_history import TurnWord, estimated_heard_ms
+from functions.conversation import turn_frames
+from functions.conversation.heard import TurnWord, estimated_heard_ms
 from functions.tool_fillers import filler_for
 from voicewire.chunker import IncrementalSentenceChunker
 from voicewire.client_protocol import (
@@ -64,7 +65,6 @@ from voicewire.client_protocol import (
     ToolEnd,
     ToolStart,
     TurnEnd,
-    TurnStart,
     TurnStatus,
     Words,
     WordTiming,
@@ -103,7 +103,7 @@ class TurnOutcome:
     messages: list[dict[str, Any]] = field(default_factory=list)
     # The words the turn's audio speaks, when each ends (for the history of a cut turn), and
     # how much of it the listener can have heard when the turn stopped (the estimate used when
-    # the client does not say): functions.heard_history.
+    # the client does not say): functions.conversation.heard.
     words: list[TurnWord] = field(default_factory=list)
     heard_estimate_ms: float = 0.0
     audio_ms: float = 0.0
@@ -213,12 +213,7 @@ class TurnRunner:
         leaves on its turn_end then finds the record final."""
         status: TurnStatus = "complete"
         error: ClientError | None = None
-        start = TurnStart(
-            turn_id=self.spec.turn_id,
-            turn=self.spec.turn,
-            mode=self.spec.mode,  # type: ignore[arg-type]
-            audio=AudioFormat(delivery=self.relay.delivery),
-        )
+        start = turn_frames.turn_start(self.spec, AudioFormat(delivery=self.relay.delivery))
         # Posted while the LLM stream and the speech session start, so its round trip (tens of
         # ms on AWS) is not on the path to the first audio; every later frame waits for it.
         self._announcing = asyncio.create_task(self.relay.control(start))
@@ -301,10 +296,10 @@ class TurnRunner:
             logger.warning("turn %s: end not delivered: %s", self.spec.turn_id, failure)
 
     def turn_end(self, outcome: TurnOutcome) -> TurnEnd:
-        return TurnEnd(
-            turn_id=self.spec.turn_id,
-            status=outcome.status,
-            timings=outcome.timings,
+        return turn_frames.turn_end(
+            self.spec,
+            outcome.status,
+            outcome.timings,
             audio_bytes=self.relay.audio_bytes,
             audio_frames=self.relay.audio_frames,
         )

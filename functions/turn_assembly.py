@@ -1,6 +1,6 @@
 """How a turn is put together from the settings, for every front door: the agent that answers
-an ask, the ``TurnRunner`` with the settings' limits, the speech session taken and given back,
-and what the history keeps of the turn.
+an ask, the ``TurnRunner`` with the settings' limits, the speech session taken and given back.
+What the conversation keeps of the turn is ``functions.conversation``'s.
 
 The Lambda worker (``functions.worker_run``) and the AgentCore Runtime app
 (``functions.agentcore``) both build their turns here: one implementation, two front doors.
@@ -19,7 +19,6 @@ from functions.adapters.relay import Relay
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
 from functions.agent_events import AgentTurn
 from functions.agent_loop import BedrockAgent
-from functions.heard_history import heard_messages
 from functions.settings import Settings
 from functions.turn import SpeechSource, TurnOutcome, TurnRunner, TurnSpec
 from functions.wiring import Adapters
@@ -104,20 +103,3 @@ async def hand_back(
     unused = runner is not None and not runner.used_speech
     await sessions.release(ready.session, reusable=completed or unused)
     return ready
-
-
-def kept_messages(outcome: TurnOutcome, heard_ms: float | None) -> list[dict[str, Any]] | None:
-    """What the history keeps of an ask's turn, after its prompt; None: nothing.
-
-    A complete answer is kept with its tool calls. A cut one (``heard_ms`` given: a cancel, a
-    barge-in) is kept as heard: its tool calls and results, each round's words heard, and a
-    mark that the user interrupted (``functions.heard_history``). A failed one is kept only if
-    it called tools, closed, so the model knows what it already did."""
-    messages = outcome.messages
-    if heard_ms is not None:
-        messages = heard_messages(messages, outcome.words, heard_ms)
-    called_tools = any("toolUse" in block for message in messages for block in message["content"])
-    answered = outcome.status == "complete" and bool(outcome.answer.strip())
-    if answered or called_tools or heard_ms is not None:
-        return messages
-    return None

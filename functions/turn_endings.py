@@ -13,11 +13,12 @@ import time
 from typing import Any
 
 from functions.adapters.relay import ConnectionGone, Relay, RelayError
+from functions.conversation import turn_frames
 from functions.observability import logger
 from functions.turn_metrics import publish_turn_metrics
 from functions.wiring import Adapters
 from functions.worker_job import WorkerJob
-from voicewire.client_protocol import ClientError, Timings, TurnEnd, TurnStart
+from voicewire.client_protocol import ClientError, Timings
 from voicewire.error_codes import ErrorCode
 
 
@@ -37,9 +38,8 @@ async def end_unspoken(
         logger.info("turn already ended", error_code=str(code))
         return await asyncio.to_thread(store.turn_status, job.connection_id, job.turn_id) or ""
     status = "failed"
-    frames: list[TurnStart | ClientError | TurnEnd] = [turn_start_frame(job)] if announce else []
-    frames.append(ClientError(code=code, message=message, turn_id=job.turn_id))
-    frames.append(turn_end_frame(job, status))
+    error = ClientError(code=code, message=message, turn_id=job.turn_id)
+    frames = turn_frames.unspoken(job, status, elapsed(job), error, announce=announce)
     await tell(relay_for(job, adapters), frames)
     publish_turn_metrics(status, elapsed(job), None)
     logger.warning("turn ended unspoken", status=status, error_code=str(code), reason=message)
@@ -58,7 +58,7 @@ async def end_told_late(
         adapters.store.finish_turn, job.connection_id, job.turn_id,
         status or "cancelled", elapsed(job), {}, None, claimant,
     )  # fmt: skip  # type: ignore[arg-type]
-    await tell(relay_for(job, adapters), [turn_end_frame(job, final)])
+    await tell(relay_for(job, adapters), [turn_frames.turn_end(job, final, elapsed(job))])
     publish_turn_metrics(final, elapsed(job), None)
     logger.warning("a dead worker's cancelled turn told its end", status=final)
     return final
@@ -67,7 +67,7 @@ async def end_told_late(
 async def end_cancelled_before_start(job: WorkerJob, adapters: Adapters, status: str) -> str:
     """A turn cancelled (a cancel, a barge-in, a disconnect) before any worker took it: the
     client still sees it begin and end, with nothing in between."""
-    await tell(relay_for(job, adapters), [turn_start_frame(job), turn_end_frame(job, status)])
+    await tell(relay_for(job, adapters), turn_frames.unspoken(job, status, elapsed(job)))
     publish_turn_metrics(status, elapsed(job), None)
     return status
 
@@ -93,13 +93,3 @@ async def tell(relay: Relay, frames: list[Any]) -> None:
 
 def elapsed(job: WorkerJob) -> Timings:
     return Timings(total_ms=round((time.time() - job.accepted_at) * 1000, 1))
-
-
-def turn_start_frame(job: WorkerJob) -> TurnStart:
-    return TurnStart(turn_id=job.turn_id, turn=job.turn, mode=job.mode)
-
-
-def turn_end_frame(job: WorkerJob, status: str) -> TurnEnd:
-    return TurnEnd(
-        turn_id=job.turn_id, status=status, timings=elapsed(job), audio_bytes=0, audio_frames=0
-    )  # type: ignore[arg-type]

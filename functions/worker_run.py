@@ -6,7 +6,8 @@ its speech session and reads the conversation history (the head start, so the cl
 trip is not added to the first audio). Then it runs the turn with its guards
 (``functions.turn_guards``: a cancel seen in the record, the invocation's deadline), records how
 the turn ended, keeps the session for the next turn if the turn left it clean, keeps the
-exchange in the history, and publishes the turn's metrics (``functions.turn_metrics``).
+exchange in the history as the conversation's rules say (``functions.conversation``: as heard,
+when it was cut), and publishes the turn's metrics (``functions.turn_metrics``).
 
 Whatever fails, the turn ends (``functions.turn_endings``): the client gets ``error`` +
 ``turn_end``, the record its status, CloudWatch its metric, and the job returns normally so that
@@ -25,18 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.adapters.relay import Relay
-from functions.adapters.session_store import ClaimVerdict, SessionStore, SpokenExchange
+from functions.adapters.session_store import ClaimVerdict, SessionStore, TableConversation
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
 from functions.agent_events import AgentTurn
+from functions.conversation import rules
+from functions.conversation.heard import Heard, heard_of
+from functions.conversation.history import SpokenExchange
 from functions.observability import logger
 from functions.turn import TurnOutcome, TurnRunner, TurnSpec
-from functions.turn_assembly import (
-    answering_agent,
-    hand_back,
-    kept_messages,
-    session_of,
-    turn_runner,
-)
+from functions.turn_assembly import answering_agent, hand_back, session_of, turn_runner
 from functions.turn_endings import (
     end_cancelled_before_start,
     end_told_late,
@@ -208,14 +206,15 @@ async def run_claimed(
         ready = await hand_back(adapters.speech_sessions, acquiring, speech, outcome, runner)
     # The history before the turn's end is recorded (a barge-in's turn waits for that end to
     # read it) and before the turn_end (a client may ask again the moment it hears the end).
-    heard = await _leave_behind(job, store, outcome)
+    conversation = TableConversation(store, job.connection_id)
+    heard = await _leave_behind(job, conversation, outcome)
     final = await _record_end(job, store, invocation, outcome, relay)
     if final != outcome.status:  # cancelled while it ended: the record has the last word
         outcome.status = final  # type: ignore[assignment]
         if heard is None and final == "cancelled" and job.mode != "speak":
             # The cancel came after the history was kept whole: cut it now, as the route would.
-            heard = await _heard(job, store, outcome)
-            await _cut_late(job, store, heard)
+            heard = await _heard(job, conversation, outcome)
+            await _cut_late(job, conversation, heard)
     await runner.tell_end(outcome)
     await relay.close()
     publish_turn_metrics(final, outcome.timings, ready)
@@ -276,61 +275,41 @@ async def _record_end(
         return outcome.status
 
 
-@dataclass(frozen=True)
-class Heard:
-    """How much of a cut turn's audio the listener heard, in ms, and who says so: ``client``
-    (the cancel's or the barge-in's ``heard_ms``) or ``estimate`` (the worker's)."""
-
-    ms: float
-    source: str
-
-
-async def _heard(job: WorkerJob, store: SessionStore, outcome: TurnOutcome) -> Heard:
+async def _heard(job: WorkerJob, conversation: TableConversation, outcome: TurnOutcome) -> Heard:
     """What the client said it heard (written on the turn's record with the cancel), else the
-    worker's estimate; never more than the audio the turn sent."""
-    record = await asyncio.to_thread(store.get_turn, job.connection_id, job.turn_id)
-    given = record.get("heard_ms") if record else None
-    if given is not None:
-        return Heard(min(float(given), outcome.audio_ms), "client")
-    return Heard(outcome.heard_estimate_ms, "estimate")
+    worker's estimate; never more than the audio the turn sent (``heard_of``)."""
+    given = await asyncio.to_thread(conversation.heard_ms, job.turn_id)
+    return heard_of(given, outcome.audio_ms, outcome.heard_estimate_ms)
 
 
-async def _leave_behind(job: WorkerJob, store: SessionStore, outcome: TurnOutcome) -> Heard | None:
-    """What a turn leaves for later: a connection known gone, the exchange in the history.
-    Returns what was heard of a turn cut short (None: not cut).
-
-    A complete answer is kept with its tool calls and its words (a client may still say it
-    heard less: ``SessionStore.cut_to_heard``). A cancelled one (a cancel, a barge-in) is kept
-    as heard: its tool calls and results (``cancelled`` ones among them), each round's words
-    heard, and a mark that the user interrupted (``functions.heard_history``). A failed one is
-    kept only if it called tools, closed, so the model knows what it already did."""
+async def _leave_behind(
+    job: WorkerJob, conversation: TableConversation, outcome: TurnOutcome
+) -> Heard | None:
+    """What a turn leaves for later: a connection known gone, the exchange in the history
+    (``rules.keep_exchange``: a complete answer with its tool calls and its words, a cut one as
+    heard, a failed one only if it called tools). Returns what was heard of a turn cut short
+    (None: not cut)."""
     heard: Heard | None = None
     try:
         if outcome.gone:
-            await asyncio.to_thread(store.mark_gone, job.connection_id)
+            await asyncio.to_thread(conversation.store.mark_gone, job.connection_id)
         if job.mode == "speak":
             return None
-        spoken = SpokenExchange(job.turn_id, job.turn, 0, outcome.words)
         if outcome.status == "cancelled":
-            heard = await _heard(job, store, outcome)
-            spoken.cut = True
-        messages = kept_messages(outcome, heard.ms if heard is not None else None)
-        if messages is not None:
-            await asyncio.to_thread(
-                store.append_history, job.connection_id, job.prompt or "", outcome.answer,
-                messages, spoken,
-            )  # fmt: skip
+            heard = await _heard(job, conversation, outcome)
+        spoken = SpokenExchange(job.turn_id, job.turn, 0, outcome.words)
+        await asyncio.to_thread(
+            rules.keep_exchange, conversation, job.prompt or "", outcome, spoken, heard
+        )
     except Exception:  # the turn itself is over and told; the next one has less context
         logger.exception("the turn's history could not be kept")
         publish_count("HistoryWritesFailed")
     return heard
 
 
-async def _cut_late(job: WorkerJob, store: SessionStore, heard: Heard) -> None:
+async def _cut_late(job: WorkerJob, conversation: TableConversation, heard: Heard) -> None:
     try:
-        await asyncio.to_thread(
-            store.cut_to_heard, job.connection_id, heard.ms, job.turn_id
-        )  # fmt: skip
+        await asyncio.to_thread(rules.cut_heard, conversation, heard.ms, job.turn_id)
     except Exception:
         logger.exception("the turn's history could not be cut to what was heard")
         publish_count("HistoryWritesFailed")

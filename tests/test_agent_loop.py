@@ -12,7 +12,7 @@ import pytest
 from bedrock_standin import BedrockStandin, Script, answer, tool_call
 from pydantic import BaseModel
 
-from functions.adapters.llm import INTERRUPTED, bedrock_client, converse_request
+from functions.adapters.llm import bedrock_client, converse_request
 from functions.agent_events import (
     AgentText,
     AnswerEnded,
@@ -23,6 +23,7 @@ from functions.agent_events import (
     with_still_running,
 )
 from functions.agent_loop import BedrockAgent
+from functions.conversation.history import INTERRUPTED
 from functions.tools import Tool, ToolRegistry, sample_tools
 
 

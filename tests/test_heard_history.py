@@ -22,14 +22,14 @@ from turn_harness import apigw_event, run_turn
 
 from functions.adapters.llm import converse_request
 from functions.adapters.replay_llm import ReplayBedrockClient
-from functions.handlers.messages import handle_message
-from functions.heard_history import (
+from functions.conversation.heard import (
     INTERRUPTED_MARK,
     NOTHING_HEARD,
     TurnWord,
     heard_messages,
     remembered,
 )
+from functions.handlers.messages import handle_message
 from functions.tools import sample_tools
 
 BYTES_PER_MS = 48  # 24 kHz, 2 bytes a sample

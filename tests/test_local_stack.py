@@ -613,12 +613,13 @@ async def test_lambda_retries_a_dead_worker_which_ends_the_turn_without_speaking
     stack, monkeypatch
 ):
     from functions import worker_run
-    from functions.turn_endings import relay_for, turn_start_frame
+    from functions.conversation.turn_frames import turn_start
+    from functions.turn_endings import relay_for
 
     async def start_then_die(job, adapters, invocation, policy, head):
         monkeypatch.setattr(worker_run, "run_claimed", real)  # only the first attempt dies
         await head.discard(adapters.speech_sessions)
-        await relay_for(job, adapters).control(turn_start_frame(job))
+        await relay_for(job, adapters).control(turn_start(job))
         raise WorkerKilled
 
     real = worker_run.run_claimed

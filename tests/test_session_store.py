@@ -9,18 +9,32 @@ import time
 import boto3
 import pytest
 
-from functions.adapters.llm import INTERRUPTED
 from functions.adapters.session_store import (
-    HISTORY_MAX_BYTES,
-    HISTORY_MESSAGES,
     ClaimVerdict,
     ConnectionClosed,
     DuplicateTurn,
     SessionStore,
-    bounded_history,
 )
 from functions.adapters.session_table import create_table
+from functions.conversation.history import (
+    HISTORY_MAX_BYTES,
+    HISTORY_MESSAGES,
+    INTERRUPTED,
+    bounded_history,
+    history_exchange,
+    joined_history,
+)
 from voicewire.client_protocol import Timings
+
+
+def append_exchange(
+    store: SessionStore, connection_id: str, prompt: str, answer: str, messages=None
+) -> bool:
+    """An exchange after the history, through the store's read-modify-write."""
+    exchange = history_exchange(prompt, answer, messages)
+    return store.change_history(
+        connection_id, lambda history, spoken: (joined_history(history, exchange), spoken)
+    )
 
 
 @pytest.fixture
@@ -102,7 +116,7 @@ def test_a_finished_turn_cannot_be_cancelled(store):
 def test_history_is_bounded_and_in_converse_format(store):
     store.put_connection("c1", "alice", "binary")
     for number in range(15):
-        store.append_history("c1", f"question {number}", f"answer {number}")
+        append_exchange(store, "c1", f"question {number}", f"answer {number}")
     history = store.get_connection("c1").history
     assert len(history) == HISTORY_MESSAGES
     assert history[0] == {"role": "user", "content": [{"text": "question 5"}]}
@@ -213,7 +227,7 @@ def test_concurrent_history_appends_lose_nothing(store):
 
     def append(number: int) -> None:
         barrier.wait()
-        store.append_history("c1", f"question {number}", f"answer {number}")
+        append_exchange(store, "c1", f"question {number}", f"answer {number}")
 
     threads = [threading.Thread(target=append, args=(n,)) for n in range(writers)]
     for thread in threads:
@@ -231,7 +245,7 @@ def test_history_is_bounded_in_bytes(store):
     store.put_connection("c1", "alice", "binary")
     long_answer = "word " * 6000  # 30 KB: more than one exchange may take
     for number in range(6):
-        store.append_history("c1", f"question {number}", long_answer)
+        append_exchange(store, "c1", f"question {number}", long_answer)
     history = store.get_connection("c1").history
     size = sum(len(json.dumps(m, ensure_ascii=False).encode()) for m in history)
     assert size <= HISTORY_MAX_BYTES
@@ -269,7 +283,7 @@ def tool_turn(call_id: str, status: str = "success") -> list[dict]:
 
 def test_a_tool_turn_is_kept_whole_and_its_numbers_come_back_as_json(store):
     store.put_connection("c1", "alice", "binary")
-    store.append_history("c1", "Convert 2.5", "Let me check. It is 2.72.", tool_turn("t1"))
+    append_exchange(store, "c1", "Convert 2.5", "Let me check. It is 2.72.", tool_turn("t1"))
     history = store.get_connection("c1").history
     assert history == [{"role": "user", "content": [{"text": "Convert 2.5"}]}, *tool_turn("t1")]
     json.dumps(history)  # what botocore does with a request: no Decimal left
@@ -278,8 +292,8 @@ def test_a_tool_turn_is_kept_whole_and_its_numbers_come_back_as_json(store):
 def test_a_cut_turn_ending_with_its_results_is_closed_by_the_assistant(store):
     store.put_connection("c1", "alice", "binary")
     cut = tool_turn("t1", "error")[:2]
-    store.append_history("c1", "Convert 2.5", "Let me check.", cut)
-    store.append_history("c1", "Never mind. Hi!", "Hi!")
+    append_exchange(store, "c1", "Convert 2.5", "Let me check.", cut)
+    append_exchange(store, "c1", "Never mind. Hi!", "Hi!")
     history = store.get_connection("c1").history
     assert [m["role"] for m in history] == [
         "user",

@@ -45,6 +45,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from functions.conversation.history import closed
 from voicewire.error_codes import ErrorCode
 
 logger = logging.getLogger(__name__)
@@ -212,22 +213,6 @@ def converse_request(
     if latency != "standard":
         request["performanceConfig"] = {"latency": latency}
     return request
-
-
-# What the assistant "says" after the tool results of a turn cut short, so the next user message
-# does not follow a user message: roles must alternate, and some Bedrock models refuse tool
-# results and text in one message ("Conversation blocks and tool result blocks cannot be
-# provided in the same turn", the ValidationException Strands works around the same way,
-# sdk-python models/bedrock.py, issue 1223).
-INTERRUPTED = {"role": "assistant", "content": [{"text": "(I was interrupted before I answered.)"}]}
-
-
-def closed(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` as a history may keep them: ending with the assistant's, ``INTERRUPTED``
-    after the tool results of a turn cut short."""
-    if messages and messages[-1].get("role") == "user":
-        return [*messages, INTERRUPTED]
-    return messages
 
 
 def with_prompt(history: list[dict[str, Any]], prompt: str) -> list[dict[str, Any]]:

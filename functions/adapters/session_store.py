@@ -15,21 +15,27 @@ the store from several threads at once, and boto3 resources must not be shared b
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from functions.adapters.llm import closed
 from functions.adapters.session_table import TTL_ATTRIBUTE
-from functions.heard_history import TurnWord, heard_messages
+from functions.conversation.history import SpokenExchange, bounded_history
+from functions.conversation.state import (
+    ConversationClosed,
+    ConversationView,
+    DuplicateTurn,
+    HistoryChange,
+    StartedTurn,
+    TurnStatus,
+)
 from voicewire.client_protocol import AudioDelivery, Timings
 
 CONNECTION = "connection"
@@ -38,13 +44,9 @@ TICKET_PREFIX = "ticket#"  # a used connect ticket's jti (functions/auth_tokens.
 TICKET = "ticket"
 TICKET_RECORD_SLACK_SECONDS = 60  # past the ticket's exp: its leeway, and some
 SESSION_SECONDS = 2 * 3600 + 600  # API Gateway's 2 h connection limit, and some slack
-HISTORY_MESSAGES = 20  # user and assistant messages kept for follow-up questions
-# The history's size in UTF-8 bytes of its texts: well under DynamoDB's 400 KB item limit, and
-# a bounded prompt for the model (every byte of history is paid as input tokens on every turn).
-HISTORY_MAX_BYTES = 48 * 1024
-HISTORY_WRITE_ATTEMPTS = 8  # optimistic-locking retries before giving up on one append
+HISTORY_WRITE_ATTEMPTS = 8  # optimistic-locking retries before giving up on one change
 
-TurnStatusValue = Literal["starting", "running", "complete", "cancelled", "failed"]
+TurnStatusValue = TurnStatus
 
 # Short timeouts: the cancel watcher reads every 100 ms and must see a stuck request fail in
 # seconds, not after botocore's default 60 s read timeout; standard retries (3 attempts in all,
@@ -67,12 +69,8 @@ def dynamodb_client(**client_kwargs: Any) -> Any:
     return boto3.client("dynamodb", config=DYNAMODB_CONFIG, **client_kwargs)
 
 
-class ConnectionClosed(Exception):
-    """The connection is unknown or gone: no turn can start on it."""
-
-
-class DuplicateTurn(Exception):
-    """The client reused a ``turn_id`` on this connection."""
+# The connection is unknown or gone: no turn can start on it.
+ConnectionClosed = ConversationClosed
 
 
 class HistoryConflict(Exception):
@@ -111,33 +109,6 @@ class ConnectionRecord:
     history_version: int = 0
     # The last exchange the history keeps, as spoken: what a later ``heard_ms`` cuts it to.
     last_spoken: SpokenExchange | None = None
-
-
-@dataclass
-class SpokenExchange:
-    """The history's last exchange as the listener was sent it: its turn, its messages after
-    the prompt (the last ``count`` of the history) and its words. A client that plays audio
-    may say how much it heard after the worker has ended the turn (bidi's audio arrives faster
-    than it plays); the cut is then made here. ``cut``: it was made already (once per turn)."""
-
-    turn_id: str
-    turn: int
-    count: int
-    words: list[TurnWord]
-    cut: bool = False
-
-    def stored(self) -> dict[str, Any]:
-        return {
-            "turn_id": self.turn_id, "turn": self.turn, "count": self.count,
-            "words": [word.stored() for word in self.words], "cut": self.cut,
-        }  # fmt: skip
-
-    @classmethod
-    def from_stored(cls, item: dict[str, Any]) -> SpokenExchange:
-        return cls(
-            str(item["turn_id"]), int(item["turn"]), int(item["count"]),
-            [TurnWord.from_stored(word) for word in item.get("words", [])], bool(item["cut"]),
-        )  # fmt: skip
 
 
 @dataclass
@@ -182,10 +153,6 @@ def _conditional_failed(error: ClientError) -> bool:
     )
 
 
-def _message_bytes(message: dict[str, Any]) -> int:
-    return len(json.dumps(message, ensure_ascii=False).encode("utf-8"))
-
-
 def _to_item_value(value: Any) -> Any:
     """A history value DynamoDB can store: floats (in tool inputs and results) as Decimals."""
     if isinstance(value, float):
@@ -206,79 +173,6 @@ def _from_item_value(value: Any) -> Any:
     if isinstance(value, list):
         return [_from_item_value(item) for item in value]
     return value
-
-
-def _opens_a_conversation(message: dict[str, Any]) -> bool:
-    """A user message that answers no tool call: where a kept history may begin (a tool result
-    whose call was cut off would make Bedrock refuse the conversation)."""
-    return message.get("role") == "user" and not any(
-        "toolResult" in block for block in message.get("content", [])
-    )
-
-
-def bounded_history(
-    history: list[dict[str, Any]],
-    max_messages: int = HISTORY_MESSAGES,
-    max_bytes: int = HISTORY_MAX_BYTES,
-) -> list[dict[str, Any]]:
-    """The newest messages that fit both bounds, starting with a user message that answers no
-    tool call (converse wants the conversation to open with the user, and every tool result
-    after its call)."""
-    kept: list[dict[str, Any]] = []
-    size = 0
-    for message in reversed(history):
-        size += _message_bytes(message)
-        if len(kept) == max_messages or size > max_bytes:
-            break
-        kept.append(message)
-    kept.reverse()
-    while kept and not _opens_a_conversation(kept[0]):
-        kept.pop(0)
-    return kept
-
-
-def joined_history(
-    history: list[dict[str, Any]], exchange: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """``exchange`` after ``history``, both closed, bounded: a turn cut short after its tool
-    results ends with ``INTERRUPTED``, so roles alternate."""
-    return bounded_history([*closed(history), *closed(exchange)])
-
-
-def history_exchange(
-    prompt: str, answer: str, messages: list[dict[str, Any]] | None
-) -> list[dict[str, Any]]:
-    """A question and its answer as the history keeps them: ``messages`` (the agent's after the
-    prompt: its tool calls, their results, the answer) instead of ``answer`` alone when given,
-    every text clipped so that one exchange never takes more than half the history's budget."""
-    budget = HISTORY_MAX_BYTES // 2
-    question = {"role": "user", "content": [{"text": _clipped(prompt, budget // 4)}]}
-    if messages:
-        share = budget // (2 * len(messages))
-        return [question, *(_clipped_message(m, share) for m in messages)]
-    answered = {"role": "assistant", "content": [{"text": _clipped(answer, budget // 2)}]}
-    return [question, answered]
-
-
-def _clipped_message(message: dict[str, Any], max_bytes: int) -> dict[str, Any]:
-    """``message`` with each text clipped to ``max_bytes`` and a tool result over it replaced by
-    its text, clipped (a tool's reply is bounded by design; this bounds a runaway one)."""
-    content = []
-    for block in message.get("content", []):
-        if "text" in block:
-            block = {"text": _clipped(block["text"], max_bytes)}
-        elif "toolResult" in block and _message_bytes(block) > max_bytes:
-            result = block["toolResult"]
-            reply = json.dumps(result.get("content", []), ensure_ascii=False)
-            result = {**result, "content": [{"text": _clipped(reply, max_bytes)}]}
-            block = {"toolResult": result}
-        content.append(block)
-    return {**message, "content": content}
-
-
-def _clipped(text: str, max_bytes: int) -> str:
-    """``text`` cut to at most ``max_bytes`` of UTF-8, never inside a character."""
-    return text.encode("utf-8")[:max_bytes].decode("utf-8", errors="ignore")
 
 
 class SessionStore:
@@ -643,79 +537,19 @@ class SessionStore:
 
     # --- conversation history -------------------------------------------------------------
 
-    def append_history(
-        self,
-        connection_id: str,
-        prompt: str,
-        answer: str,
-        messages: list[dict[str, Any]] | None = None,
-        spoken: SpokenExchange | None = None,
-    ) -> bool:
-        """Add a question and its answer to the history kept for follow-ups, bounded by
-        ``HISTORY_MESSAGES`` and ``HISTORY_MAX_BYTES``. ``messages``: the agent's messages
-        after the prompt (its tool calls, their results, the answer), kept instead of
-        ``answer`` alone. Concurrent appends are serialized by a version check (read, then
-        write only if nobody wrote in between; else read again), so none is lost. False if the
-        connection is gone from the table. ``spoken``: the exchange's turn and words, kept
-        for a later cut (``cut_to_heard``); its ``count`` is set here."""
-        exchange = history_exchange(prompt, answer, messages)
-        if spoken is not None:
-            spoken.count = len(closed(exchange)) - 1
-        return self._write_history(
-            connection_id, lambda record: joined_history(record.history, exchange), spoken
-        )
-
-    def cut_to_heard(
-        self,
-        connection_id: str,
-        heard_ms: float,
-        turn_id: str | None = None,
-        turn: int | None = None,
-    ) -> bool:
-        """Cut the history's last exchange to the words heard in its first ``heard_ms`` of
-        audio, if it is the turn named (by ``turn_id`` or its number ``turn``) and was not cut
-        before. True if the turn is that exchange's (cut now, or heard whole)."""
-        record = self.get_connection(connection_id)
-        spoken = record.last_spoken if record is not None else None
-        if spoken is None or spoken.cut:
-            return False
-        if (turn_id is not None and spoken.turn_id != turn_id) or (
-            turn is not None and spoken.turn != turn
-        ):
-            return False
-        spoken.cut = True
-        if all(word.filler or word.end_ms <= heard_ms for word in spoken.words):
-            return True  # heard to its end: nothing to cut
-        count = spoken.count
-
-        def cut(record: ConnectionRecord) -> list[dict[str, Any]] | None:
-            latest = record.last_spoken
-            if latest is None or latest.turn_id != spoken.turn_id or latest.cut:
-                return None  # a newer exchange, or another cut, came first
-            if len(record.history) <= count:
-                return None
-            kept, messages = record.history[:-count], record.history[-count:]
-            return [*kept, *heard_messages(messages, spoken.words, heard_ms)]
-
-        return self._write_history(connection_id, cut, spoken)
-
-    def _write_history(
-        self,
-        connection_id: str,
-        change: Any,
-        spoken: SpokenExchange | None,
-    ) -> bool:
-        """Write ``change(record)`` as the history (bounded), and ``spoken`` as its last
-        exchange, if nobody wrote in between (else read again). ``change`` returning None: no
+    def change_history(self, connection_id: str, change: HistoryChange) -> bool:
+        """Write ``change(history, last_spoken)`` as the history (bounded) and its last spoken
+        exchange, if nobody wrote in between (else read again: optimistic locking on
+        ``history_version``, so no concurrent change is lost). ``change`` returning None: no
         write. False if the connection is gone or nothing was written."""
         for _ in range(HISTORY_WRITE_ATTEMPTS):
             record = self.get_connection(connection_id)
             if record is None:
                 return False
-            changed = change(record)
+            changed = change(record.history, record.last_spoken)
             if changed is None:
                 return False
-            history = bounded_history(changed)
+            history, spoken = bounded_history(changed[0]), changed[1]
             values = {
                 ":history": _to_item_value(history),
                 ":next": record.history_version + 1,
@@ -748,3 +582,41 @@ class SessionStore:
             ConsistentRead=True,
         )
         return [_item(raw) or {} for raw in response["Items"]]
+
+
+class TableConversation:
+    """One connection's conversation in the session table: the ``ConversationState`` the
+    rules (``functions.conversation.rules``) use on the WebSocket API's path."""
+
+    def __init__(self, store: SessionStore, connection_id: str) -> None:
+        self.store, self.connection_id = store, connection_id
+
+    def read(self) -> ConversationView | None:
+        record = self.store.get_connection(self.connection_id)
+        if record is None:
+            return None
+        return ConversationView(
+            open=record.status == "open",
+            active_turn_id=record.active_turn_id,
+            turn_counter=record.turn_counter,
+            history=record.history,
+            last_spoken=record.last_spoken,
+        )
+
+    def admit_turn(self, limit: int, now: float) -> bool:
+        return self.store.admit_turn(self.connection_id, limit, now)
+
+    def start_turn(self, turn_id: str, mode: str, now: float) -> StartedTurn:
+        record, replaced = self.store.start_turn(self.connection_id, turn_id, mode, now)
+        return StartedTurn(turn_id, record.turn, record.status, replaced, record.audio)
+
+    def cancel_turn(self, turn_id: str, heard_ms: float | None) -> bool:
+        return self.store.cancel_turn(self.connection_id, turn_id, heard_ms)
+
+    def heard_ms(self, turn_id: str) -> float | None:
+        item = self.store.get_turn(self.connection_id, turn_id)
+        given = item.get("heard_ms") if item else None
+        return None if given is None else float(given)
+
+    def change_history(self, change: HistoryChange) -> bool:
+        return self.store.change_history(self.connection_id, change)

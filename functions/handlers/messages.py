@@ -1,8 +1,9 @@
 """The message routes ``ask``, ``speak``, ``cancel``, ``voices``, ``history`` and ``$default``:
 validate, record, hand off.
 
-A new turn is written with conditional writes (which also cancels the connection's active turn:
-barge-in), then the worker is invoked asynchronously (``InvocationType="Event"``) so this function
+A new turn is admitted and recorded by the conversation's rules (``functions.conversation``:
+the rate limit, barge-in, the history cut to what was heard) over the connection's record in
+DynamoDB, then the worker is invoked asynchronously (``InvocationType="Event"``) so this function
 returns in milliseconds, far inside API Gateway's 29 s integration timeout. Bad input gets an
 ``error`` frame with a stable code; the connection stays.
 """
@@ -18,9 +19,11 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
-from functions.adapters.session_store import ConnectionClosed, DuplicateTurn
+from functions.adapters.session_store import TableConversation
+from functions.conversation import rules, turn_frames
+from functions.conversation.heard import remembered
+from functions.conversation.state import ConversationClosed, DuplicateTurn
 from functions.events import MessageEvent
-from functions.heard_history import remembered
 from functions.observability import logger
 from functions.wiring import Adapters, current_adapters
 from functions.worker_job import WorkerJob
@@ -31,9 +34,6 @@ from voicewire.client_protocol import (
     HistoryAction,
     HistoryFrame,
     SpeakAction,
-    Timings,
-    TurnEnd,
-    TurnStart,
     VoiceList,
     VoicesAction,
     dump_control,
@@ -107,24 +107,21 @@ def handle_message(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
 
 
 def cancel(adapters: Adapters, url: str, connection_id: str, action: CancelAction) -> None:
-    connection = adapters.store.get_connection(connection_id)
-    active = connection.active_turn_id if connection else None
-    if active is None and action.heard_ms is not None and connection is not None:
-        # The turn ended here while its audio still played there (bidi's audio arrives faster
-        # than it plays): the cancel still says how much was heard, and the history keeps that.
-        turn = None if action.turn_id is not None else connection.turn_counter
-        if adapters.store.cut_to_heard(connection_id, action.heard_ms, action.turn_id, turn):
+    conversation = TableConversation(adapters.store, connection_id)
+    outcome = rules.cancel(conversation, action.turn_id, action.heard_ms)
+    match outcome.verdict:
+        case rules.CancelVerdict.CUT:
             logger.info("history cut to what was heard", heard_ms=action.heard_ms)
-            return
-    if active is None or (action.turn_id is not None and action.turn_id != active):
-        named = f"turn {action.turn_id!r}" if action.turn_id else "a turn"
-        send_error(
-            adapters, url, connection_id, ErrorCode.UNKNOWN_TURN,
-            f"{named} is not running on this connection", action.turn_id,
-        )  # fmt: skip
-        return
-    adapters.store.cancel_turn(connection_id, active, action.heard_ms)
-    logger.info("turn cancelled by the client", turn_id=active, heard_ms=action.heard_ms)
+        case rules.CancelVerdict.UNKNOWN_TURN:
+            named = f"turn {action.turn_id!r}" if action.turn_id else "a turn"
+            send_error(
+                adapters, url, connection_id, ErrorCode.UNKNOWN_TURN,
+                f"{named} is not running on this connection", action.turn_id,
+            )  # fmt: skip
+        case rules.CancelVerdict.CANCELLED:
+            logger.info(
+                "turn cancelled by the client", turn_id=outcome.turn_id, heard_ms=action.heard_ms
+            )
 
 
 def refuse_over_limit(
@@ -155,20 +152,19 @@ def start_turn(
 ) -> None:
     turn_id = action.turn_id or f"t-{uuid.uuid4().hex[:12]}"
     mode = action.mode if isinstance(action, AskAction) else "speak"
+    conversation = TableConversation(adapters.store, connection_id)
     try:
-        if not adapters.store.admit_turn(
-            connection_id, adapters.settings.max_turns_per_minute, now=accepted_at
-        ):
-            refuse_over_limit(adapters, url, connection_id, action, turn_id)
-            return
-        turn, replaced = adapters.store.start_turn(connection_id, turn_id, mode, accepted_at)
+        admission = rules.start_turn(
+            conversation, turn_id, mode, action.heard_ms,
+            limit=adapters.settings.max_turns_per_minute, now=accepted_at,
+        )  # fmt: skip
     except DuplicateTurn:
         send_error(
             adapters, url, connection_id, ErrorCode.INVALID_FIELD,
             f"turn_id {turn_id!r} was already used on this connection", turn_id,
         )  # fmt: skip
         return
-    except ConnectionClosed:
+    except ConversationClosed:
         logger.info("turn refused: connection not open", turn_id=turn_id)
         return
     except (ClientError, BotoCoreError):
@@ -180,25 +176,18 @@ def start_turn(
             "the session state could not be written; the turn was not started", action.turn_id,
         )  # fmt: skip
         return
-    heard_ms = action.heard_ms
-    if replaced is not None and adapters.store.cancel_turn(connection_id, replaced, heard_ms):
-        logger.info("barge-in: previous turn cancelled", turn_id=replaced, heard_ms=heard_ms)
-    else:
-        replaced = None  # nothing cancelled: no worker will keep a history to wait for
-        if heard_ms is not None and adapters.store.cut_to_heard(
-            connection_id, heard_ms, turn=turn.turn - 1
-        ):
-            # The turn before ended here but still played there: before this turn's worker
-            # reads the history.
-            logger.info("barge-in: history cut to what was heard", heard_ms=heard_ms)
+    if admission.verdict == rules.Admission.OVER_LIMIT:
+        refuse_over_limit(adapters, url, connection_id, action, turn_id)
+        return
+    turn, replaced = admission.turn, admission.replaced
+    assert turn is not None  # started
+    if replaced is not None:
+        logger.info("barge-in: previous turn cancelled", turn_id=replaced, heard_ms=action.heard_ms)
     if turn.status != "running":
         # Cancelled while it was being recorded (a cancel, a newer turn, a disconnect handled
         # at the same time): no worker runs it, and the client hears that it ended.
-        tell(adapters, url, connection_id, [
-            TurnStart(turn_id=turn_id, turn=turn.turn, mode=mode),  # type: ignore[arg-type]
-            TurnEnd(turn_id=turn_id, status=turn.status, timings=Timings(),  # type: ignore[arg-type]
-                    audio_bytes=0, audio_frames=0),
-        ])  # fmt: skip
+        named = turn_frames.TurnName(turn_id, turn.turn, mode)
+        tell(adapters, url, connection_id, turn_frames.unspoken(named, turn.status))
         logger.info("turn cancelled before it started", turn_id=turn_id)
         return
     job = WorkerJob(
@@ -212,7 +201,7 @@ def start_turn(
         speed=action.speed,
         accepted_at=accepted_at,
         callback_url=url,
-        audio=turn.audio,
+        audio=turn.audio or "binary",  # type: ignore[arg-type]
         text_deltas=action.text_deltas if isinstance(action, AskAction) else "live",
         word_timings=action.word_timings,
         replaces=replaced,
@@ -233,13 +222,10 @@ def start_turn(
             if isinstance(error, ClientError)
             else type(error).__name__
         )
-        tell(adapters, url, connection_id, [
-            TurnStart(turn_id=turn_id, turn=turn.turn, mode=mode),  # type: ignore[arg-type]
-            ErrorFrame(code=ErrorCode.WORKER_UNAVAILABLE, turn_id=turn_id,
-                       message=f"the turn's worker could not be started ({code})"),
-            TurnEnd(turn_id=turn_id, status="failed", timings=Timings(),
-                    audio_bytes=0, audio_frames=0),
-        ])  # fmt: skip
+        error = ErrorFrame(code=ErrorCode.WORKER_UNAVAILABLE, turn_id=turn_id,
+                           message=f"the turn's worker could not be started ({code})")  # fmt: skip
+        named = turn_frames.TurnName(turn_id, turn.turn, mode)
+        tell(adapters, url, connection_id, turn_frames.unspoken(named, "failed", error=error))
         return
     logger.info("turn accepted", turn_id=turn_id, turn=turn.turn, mode=mode)
 

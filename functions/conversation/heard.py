@@ -25,8 +25,8 @@ from voicewire.client_protocol import RememberedMessage
 INTERRUPTED_MARK = "[interrupted by the user: they heard only up to here]"
 # The whole text of a cut answer when no word of it was heard.
 NOTHING_HEARD = "[interrupted by the user before they heard any of this answer]"
-# What functions.adapters.llm.INTERRUPTED closes a cut tool round with (issue 27), also shown
-# as interrupted.
+# What ``history.INTERRUPTED`` closes a cut tool round with (issue 27), also shown as
+# interrupted.
 _EARLIER_MARKS = ("(I was interrupted before I answered.)",)
 
 
@@ -121,6 +121,23 @@ def remembered(history: list[dict[str, Any]]) -> list[RememberedMessage]:
             continue
         out.append(RememberedMessage(role=role, text=text, interrupted=interrupted))  # type: ignore[arg-type]
     return out
+
+
+@dataclass(frozen=True)
+class Heard:
+    """How much of a cut turn's audio the listener heard, in ms, and who says so: ``client``
+    (the cancel's or the barge-in's ``heard_ms``) or ``estimate`` (the turn's own)."""
+
+    ms: float
+    source: str
+
+
+def heard_of(given_ms: float | None, audio_ms: float, estimate_ms: float) -> Heard:
+    """What the client said it heard, never more than the audio the turn sent; else the turn's
+    estimate (``estimated_heard_ms``)."""
+    if given_ms is not None:
+        return Heard(min(float(given_ms), audio_ms), "client")
+    return Heard(estimate_ms, "estimate")
 
 
 def estimated_heard_ms(seconds_since_first_audio: float | None, audio_ms: float) -> float:
