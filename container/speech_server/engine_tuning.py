@@ -6,12 +6,23 @@ Which graph onnxruntime runs fastest depends on the CPU: the rewritten graph
 0.98-1.07x on an AMD EPYC of the same size, where MLAS's int8 kernels use AVX-512 VNNI. So the
 engine does not guess. The first time it starts on a machine (``tuned``) it loads each candidate
 graph, split where its vocoder begins, and times on a fixed calibration sentence, interleaved
-over ``ROUNDS`` rounds (medians):
+round after round (``calibrate``):
 
 - the text side (phonemes to the vocoder's input features);
-- the vocoder over the whole sentence and over its first ``SHORT_WINDOW_FRAMES`` frames, which
-  give its cost per frame and per call (a straight line through the two: the window plan's
-  cost model, ``streamed_vocoder.window_plan``).
+- the vocoder over ``window_sizes``: its first ``SHORT_WINDOW_FRAMES`` frames, half the
+  sentence and the whole of it. A least-squares line through each size's fastest time over the
+  rounds (``fit_line``) gives its cost per frame and per call: the window plan's cost model
+  (``streamed_vocoder.window_plan``).
+
+The rounds go on until two successive lines agree (``agree``: within ``SETTLED_WITHIN`` at the
+short window and at the whole sentence) and the times show no noise (``noise_in``), at least
+``MIN_ROUNDS`` and at most ``MAX_ROUNDS``. A line no machine can have (``implausible``: a cost
+per call under ``MIN_PER_CALL_MS``, per frame of zero or less, a whole sentence no slower than
+its short window, a window the line misses) is never written: while it moves or shows noise,
+the rounds go on; once it has settled with only its cost per call wrong (the machine's own
+curve: its cost per frame grows a little with the window, so a straight line's cost per call
+comes out below zero), or when the rounds run out, the record gets ``safe_line``, which
+predicts no window faster than it was measured, and the log says so.
 
 The fastest candidate for the whole sentence is the choice (``--graph auto``, the default);
 ``--graph fast|original`` overrides it and still uses that graph's own measured speed. The record
@@ -22,7 +33,12 @@ again.
 
 The speeds in the record, never a live timing, are what the window plan and the chunk schedule
 use: the same text then gives the same windows, hence the same audio bytes, on every run (a live
-timing moved the seam between runs, and sometimes put it where a listener heard it).
+timing moved the seam between runs, and sometimes put it where a listener heard it). But a
+record is only as good as the moment it was measured in: one measured while something else ran
+on the same cores is twice too slow, for good. So the engine compares its warm-up at every
+start with what its record predicts for the same decodes (``disagreement``, no extra work), and
+a record off by more than ``RECORD_TOO_SLOW_FACTOR`` or ``RECORD_TOO_FAST_FACTOR`` is measured
+again and replaced (``tuned(..., remeasure_because=...)``).
 """
 
 from __future__ import annotations
@@ -30,12 +46,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -49,18 +65,53 @@ logger = logging.getLogger(__name__)
 TUNING_FILE = "engine-tuning.json"
 # 2: measured on the sessions the engine opens (streamed_vocoder.open_sessions: the text side
 # does not spin); a version 1 record is measured again.
-RECORD_VERSION = 2
+# 3: the vocoder's line fitted over three window sizes and rounds until it settles, never with a
+# cost per call of zero (version 2 clamped a line through two points at 0: 0.0 ms per call in
+# most records, and one noisy round decided the plan for good); a version 2 record is measured
+# again.
+RECORD_VERSION = 3
 # Twelve words, about 3.5 s of audio: long enough that the vocoder's per-frame cost dominates.
 CALIBRATION_TEXT = "The agent speaks its first sentence while it is still writing the rest."
 CALIBRATION_LANG = "en-us"
 SHORT_WINDOW_FRAMES = 64
-ROUNDS = 3
+# Rounds after the warm-up one. Three at least: the first two lines compared then rest on two
+# and three rounds (version 2 took the medians of three). Eight at most: on 2 busy cores a
+# round of both graphs takes ~5 s.
+MIN_ROUNDS = 3
+MAX_ROUNDS = 8
+# Two successive lines agree when their predictions for the short window and for the whole
+# sentence are this close (measured on a quiet AMD EPYC, 2 cores: successive rounds moved by
+# 1-3%; a whole decode differs by up to 30% between two processes, which no number of rounds in
+# one process removes, and which the window plan's 1.5x margin covers).
+SETTLED_WITHIN = 0.05
+# A line that misses one of its windows' times by more than this was fitted on a time still
+# caught by a slow stretch (a straight line through this AMD EPYC's slightly convex curve missed
+# its short window by 8-9% at most).
+FIT_WITHIN = 0.15
+# What a call costs at least, whatever the line says: onnxruntime's run and its allocations
+# (a 4-frame decode cost 8-10 ms more than its frames on this AMD EPYC, 2026-12-04). A line
+# under it is implausible; the safe line charges at least DEFAULT_VOCODER_SPEED's 5 ms.
+MIN_PER_CALL_MS = 1.0
+SAFE_PER_CALL_MS = 5.0
+# The warm-up at each start ran this many times faster than the record predicts: the record was
+# measured while something else ran (a second process on 2 cores doubles every decode), and is
+# measured again. Timings are one-sided (interference only slows a decode), so a start that runs
+# faster than the record is no accident; two quiet processes differed by 1.15-1.35x here.
+RECORD_TOO_SLOW_FACTOR = 1.5
+# The warm-up ran this many times slower than the record predicts: not a busy moment (2x with a
+# second process; the chunk schedule follows that at run time, ``ChunkSchedule.observe``), nor a
+# cold first decode (up to 2.4x measured), but a machine that changed under the same key (a
+# throttled burstable instance): measured again.
+RECORD_TOO_FAST_FACTOR = 3.0
 
 CandidateName = Literal["original", "fast", "given"]
+# "line": the least-squares line, settled and plausible; "safe": ``safe_line`` (see the module).
+FitKind = Literal["line", "safe"]
 
 
 class CandidateSpeed(BaseModel):
-    """One graph's figures on the calibration sentence (medians, milliseconds)."""
+    """One graph's figures on the calibration sentence (milliseconds, each the fastest of its
+    rounds: a decode is only ever slowed, never sped up)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -71,6 +122,11 @@ class CandidateSpeed(BaseModel):
     vocoder_ms_per_call: float
     frames: int
     audio_seconds: float
+    # How the vocoder's two costs were obtained, and over how many rounds (0: not measured in
+    # rounds, a test's own figures).
+    fit: FitKind = "line"
+    rounds: int = 0
+    fit_reason: str | None = None  # why the safe line: what the fitted one was
 
     @property
     def chunk_ms(self) -> float:
@@ -80,6 +136,10 @@ class CandidateSpeed(BaseModel):
     def real_time_factor(self) -> float:
         """Engine time over audio time for a whole chunk: under 1 keeps up with playback."""
         return self.chunk_ms / 1000 / self.audio_seconds
+
+    def vocoder_ms_for(self, frames: int) -> float:
+        """What a decode of ``frames`` frames costs by the record: the window plan's cost model."""
+        return self.vocoder_ms_per_call + self.vocoder_ms_per_frame * frames
 
 
 class MachineIdentity(BaseModel):
@@ -112,6 +172,9 @@ class EngineTuning(BaseModel):
     calibration_text: str
     candidates: dict[CandidateName, CandidateSpeed]
     choice: CandidateName
+    measured_in_s: float = 0.0  # what the measurement cost the start that made it
+    # Why a record under the same key was measured again (``disagreement``); None: the first.
+    remeasured_because: str | None = None
 
     @property
     def key(self) -> str:
@@ -144,19 +207,24 @@ def tuned(
     machine: MachineIdentity | None = None,
     measure: Measure | None = None,
     progress: Progress = logger.info,
+    remeasure_because: str | None = None,
 ) -> EngineTuning:
     """This machine's record for these candidate graphs: read from the cache, or measured now
-    (once, with progress) and written there."""
+    (once, with progress) and written there. ``remeasure_because``: the kept record is not to be
+    trusted (``disagreement``): measured again whatever the cache holds, and replaced."""
     path = (directory or cache_dir()) / TUNING_FILE
     machine = machine or MachineIdentity.here()
     key = record_key(machine, {name: model_label(p) for name, p in candidates.items()})
     records = _read_records(path)
-    if key in records:
+    if key in records and remeasure_because is None:
         return records[key]
     progress(
         f"measuring {' and '.join(candidates)} graph{'s' if len(candidates) > 1 else ''} on "
-        f"{machine.cpu} ({machine.cores} cores), once: the engine runs the faster"
+        f"{machine.cpu} ({machine.cores} cores)"
+        + (f" again ({remeasure_because})" if remeasure_because else ", once")
+        + ": the engine runs the faster"
     )
+    started = time.perf_counter()
     speeds = (measure or measure_candidates)(candidates, voices_path)
     choice = min(speeds, key=lambda name: speeds[name].chunk_ms)
     record = EngineTuning(
@@ -165,6 +233,8 @@ def tuned(
         calibration_text=CALIBRATION_TEXT,
         candidates=speeds,
         choice=choice,
+        measured_in_s=round(time.perf_counter() - started, 1),
+        remeasured_because=remeasure_because,
     )
     progress(describe(record))
     records = _read_records(path)  # another process may have written one meanwhile
@@ -178,16 +248,52 @@ def tuned(
 
 def describe(record: EngineTuning) -> str:
     figures = ", ".join(
-        f"{name} {speed.chunk_ms:.0f} ms (real-time factor {speed.real_time_factor:.2f})"
+        f"{name} {speed.chunk_ms:.0f} ms (real-time factor {speed.real_time_factor:.2f}; "
+        f"vocoder {speed.vocoder_ms_per_call:.1f} ms a call + {speed.vocoder_ms_per_frame:.2f} "
+        f"ms a frame, {speed.fit}, {speed.rounds} rounds)"
         for name, speed in record.candidates.items()
     )
-    return f"engine tuning on {record.machine.cpu}: {figures}; chose {record.choice}"
+    return (
+        f"engine tuning on {record.machine.cpu}: {figures}; chose {record.choice} "
+        f"(measured in {record.measured_in_s:.1f} s)"
+    )
+
+
+def disagreement(decodes: Sequence[tuple[int, float]], speed: CandidateSpeed) -> str | None:
+    """Why ``speed`` (a record's figures for the graph the engine runs) cannot be what this
+    machine does, by the engine's own vocoder decodes at its warm-up (frames, seconds); None
+    when it can. The fastest decode for its size is the one compared: a decode is only ever
+    slowed (a cold first run, another process), so it is the closest to the machine's speed."""
+    ratios = [
+        seconds * 1000 / speed.vocoder_ms_for(frames)
+        for frames, seconds in decodes
+        if frames > 0 and speed.vocoder_ms_for(frames) > 0
+    ]
+    if not ratios:
+        return None
+    ratio = min(ratios)
+    record = (
+        f"the record ({speed.vocoder_ms_per_call:.1f} ms a call + "
+        f"{speed.vocoder_ms_per_frame:.2f} ms a frame)"
+    )
+    if ratio * RECORD_TOO_SLOW_FACTOR <= 1:
+        return (
+            f"the warm-up's vocoder ran {1 / ratio:.1f}x faster than {record} predicts: "
+            "the record was measured on a busier machine"
+        )
+    if ratio >= RECORD_TOO_FAST_FACTOR:
+        return (
+            f"the warm-up's vocoder ran {ratio:.1f}x slower than {record} predicts: "
+            "not the machine it was measured on"
+        )
+    return None
 
 
 def measure_candidates(
     candidates: Mapping[CandidateName, Path], voices_path: Path
 ) -> dict[CandidateName, CandidateSpeed]:
-    """Time each candidate's split graph on the calibration sentence, interleaved."""
+    """Time each candidate's split graph on the calibration sentence, interleaved, until its
+    vocoder's line settles (``calibrate``)."""
     from kokoro_onnx import Kokoro
 
     from speech_server.streamed_vocoder import (
@@ -204,40 +310,204 @@ def measure_candidates(
         kokoro = Kokoro.from_session(text_side, str(voices_path))
         # The speed given here only plans windows, which this measurement does not use.
         loaded[name] = (kokoro, StreamedVocoder(text_side, vocoder, DEFAULT_VOCODER_SPEED))
-    timings: dict[str, dict[str, list[float]]] = {
-        name: {"text": [], "whole": [], "short": []} for name in loaded
-    }
-    frames_of: dict[str, int] = {}  # each graph's own: its durations may round differently
     inputs, style = _calibration_inputs(next(iter(loaded.values()))[0])
-    for round_number in range(ROUNDS + 1):  # the first round warms each session up
+    frames_of: dict[str, int] = {}  # each graph's own: its durations may round differently
+
+    def timed_round() -> dict[str, RoundTimes]:
+        times = {}
         for name, (_, vocoder) in loaded.items():
             started = time.perf_counter()
             text = vocoder.text_side(inputs)
-            text_done = time.perf_counter()
-            vocoder.decode(text, style, 0, text.frames)
-            whole_done = time.perf_counter()
-            vocoder.decode(text, style, 0, min(SHORT_WINDOW_FRAMES, text.frames))
-            short_done = time.perf_counter()
+            text_seconds = time.perf_counter() - started
             frames_of[name] = text.frames
-            if round_number:
-                timings[name]["text"].append(text_done - started)
-                timings[name]["whole"].append(whole_done - text_done)
-                timings[name]["short"].append(short_done - whole_done)
+            windows = {}
+            for frames in window_sizes(text.frames):
+                started = time.perf_counter()
+                vocoder.decode(text, style, 0, frames)
+                windows[frames] = time.perf_counter() - started
+            times[name] = RoundTimes(text_seconds, windows)
+        return times
+
+    calibrated = calibrate(timed_round)
     speeds: dict[CandidateName, CandidateSpeed] = {}
-    for name, figures in timings.items():
+    for name, result in calibrated.items():
         frames = frames_of[name]
-        whole, short = (statistics.median(figures[part]) for part in ("whole", "short"))
-        per_frame = max(0.0, (whole - short) / max(1, frames - SHORT_WINDOW_FRAMES))
         speeds[name] = CandidateSpeed(  # type: ignore[index]
             model=model_label(candidates[name]),  # type: ignore[index]
-            text_side_ms=round(statistics.median(figures["text"]) * 1000, 2),
-            vocoder_ms=round(whole * 1000, 2),
-            vocoder_ms_per_frame=round(per_frame * 1000, 4),
-            vocoder_ms_per_call=round(max(0.0, short - per_frame * SHORT_WINDOW_FRAMES) * 1000, 2),
+            text_side_ms=round(result.text_ms, 2),
+            vocoder_ms=round(result.windows_ms[frames], 2),
+            vocoder_ms_per_frame=round(result.line.per_frame_ms, 4),
+            vocoder_ms_per_call=round(result.line.per_call_ms, 2),
             frames=frames,
             audio_seconds=frames * 300 / 24_000,
+            fit=result.fit,
+            rounds=result.rounds,
+            fit_reason=result.reason,
         )
     return speeds
+
+
+# --- the vocoder's line: pure functions of the timings, so that they are tested without a model
+
+
+class RoundTimes(NamedTuple):
+    """One candidate's timings in one round (seconds): its text side, and a decode of each
+    window size (frames from the sentence's start)."""
+
+    text: float
+    windows: Mapping[int, float]
+
+
+@dataclass(frozen=True)
+class VocoderLine:
+    """A vocoder's cost model: milliseconds a call plus milliseconds a frame."""
+
+    per_call_ms: float
+    per_frame_ms: float
+
+    def ms(self, frames: int) -> float:
+        return self.per_call_ms + self.per_frame_ms * frames
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """One candidate's measurement: its times over the rounds, and the line the record keeps."""
+
+    text_ms: float
+    windows_ms: Mapping[int, float]  # each window size's fastest
+    line: VocoderLine
+    fit: FitKind
+    rounds: int
+    reason: str | None = None  # why the line is the safe one
+
+
+def window_sizes(frames: int) -> tuple[int, ...]:
+    """The windows each round decodes: the short one, half the sentence and the whole of it
+    (the plan predicts whole chunks of 100-1,000 frames; the short window pins the cost per
+    call). 637 frames for the calibration sentence's 382, 1.4x the two of version 2."""
+    return tuple(sorted({min(SHORT_WINDOW_FRAMES, frames), max(1, frames // 2), frames}))
+
+
+def fit_line(windows_ms: Mapping[int, float]) -> VocoderLine:
+    """The least-squares line through each window size's time (milliseconds)."""
+    sizes = np.array(sorted(windows_ms), dtype=np.float64)
+    times = np.array([windows_ms[int(size)] for size in sizes], dtype=np.float64)
+    if len(sizes) < 2:
+        return VocoderLine(0.0, float(times[0] / sizes[0]))
+    per_frame, per_call = np.polyfit(sizes, times, 1)
+    return VocoderLine(float(per_call), float(per_frame))
+
+
+def implausible(line: VocoderLine, windows_ms: Mapping[int, float]) -> str | None:
+    """Why no machine can have ``line`` (fitted on ``windows_ms``); None if one can: a sign of
+    noise (``noise_in``), or a cost per call under ``MIN_PER_CALL_MS`` (a call is never free)."""
+    if noise := noise_in(line, windows_ms):
+        return noise
+    if line.per_call_ms < MIN_PER_CALL_MS:
+        return f"a cost per call of {line.per_call_ms:.1f} ms"
+    return None
+
+
+def noise_in(line: VocoderLine, windows_ms: Mapping[int, float]) -> str | None:
+    """What in the times can only be noise, which more rounds outvote: a whole sentence no
+    slower than its short window, a cost per frame of zero or less, or a window the line misses
+    by more than ``FIT_WITHIN`` (a time still caught by a slow stretch). None if nothing."""
+    short, whole = min(windows_ms), max(windows_ms)
+    if windows_ms[whole] <= windows_ms[short]:
+        return (
+            f"the whole sentence ({windows_ms[whole]:.0f} ms) decoded no slower than its "
+            f"first {short} frames ({windows_ms[short]:.0f} ms)"
+        )
+    if line.per_frame_ms <= 0:
+        return f"a cost per frame of {line.per_frame_ms:.3f} ms"
+    for frames, ms in windows_ms.items():
+        if abs(line.ms(frames) - ms) > FIT_WITHIN * ms:
+            return f"a line {line.ms(frames) / ms - 1:+.0%} off its {frames}-frame window"
+    return None
+
+
+def agree(before: VocoderLine, after: VocoderLine, sizes: Sequence[int]) -> bool:
+    """Whether two successive lines predict the shortest and the longest window alike (within
+    ``SETTLED_WITHIN``): the two predictions fix a line."""
+    return all(
+        abs(after.ms(frames) - before.ms(frames)) <= SETTLED_WITHIN * abs(after.ms(frames))
+        for frames in (min(sizes), max(sizes))
+    )
+
+
+def safe_line(windows_ms: Mapping[int, float]) -> VocoderLine:
+    """A line for when the fitted one cannot be kept: the whole sentence's average cost per
+    frame (the most per frame of any size when the cost per frame grows with the window), and
+    whatever of the short window that leaves, at least ``SAFE_PER_CALL_MS``. It predicts the
+    short window and the whole sentence at or above their times (and, when the cost per frame
+    grows with the window, every size between), so a window plan on it errs towards a longer
+    first window (a later first audio), not towards a second call that comes too late."""
+    short, whole = min(windows_ms), max(windows_ms)
+    per_frame = windows_ms[whole] / whole
+    per_call = max(SAFE_PER_CALL_MS, windows_ms[short] - per_frame * short)
+    return VocoderLine(per_call, per_frame)
+
+
+def calibrate(timed_round: Callable[[], Mapping[str, RoundTimes]]) -> dict[str, Calibrated]:
+    """Rounds of ``timed_round`` (the first a warm-up, not counted) until every candidate is
+    done, from ``MIN_ROUNDS`` to ``MAX_ROUNDS``; each line fitted on the times of all its
+    rounds so far. A candidate is done when its last two lines agree and its times show no
+    noise (``noise_in``). A done, plausible line is kept; otherwise the safe one, said in the
+    log: a warning when the rounds ran out (a machine too noisy to settle), else a line of
+    information. A done line that is implausible only by its cost per call is the machine's own
+    curve, which more rounds would only confirm: on this AMD EPYC a 382-frame decode cost 4-10%
+    more per frame than a 191-frame one, so the line's cost per call came out at -10 to -25 ms."""
+    timed_round()  # the sessions' first runs of each shape allocate and plan
+    rounds: dict[str, list[RoundTimes]] = {}
+    lines: dict[str, list[VocoderLine]] = {}
+
+    def settled(name: str) -> bool:
+        history, sizes = lines[name], list(rounds[name][-1].windows)
+        return len(history) >= 2 and agree(history[-2], history[-1], sizes)
+
+    def done(name: str) -> bool:
+        return settled(name) and noise_in(lines[name][-1], _fastest_ms(rounds[name])) is None
+
+    count = 0
+    while count < MAX_ROUNDS:
+        count += 1
+        for name, times in timed_round().items():
+            rounds.setdefault(name, []).append(times)
+            lines.setdefault(name, []).append(fit_line(_fastest_ms(rounds[name])))
+        if count >= MIN_ROUNDS and all(done(name) for name in rounds):
+            break
+    results = {}
+    for name, kept in rounds.items():
+        windows_ms = _fastest_ms(kept)
+        text_ms = min(times.text for times in kept) * 1000
+        line, reason = lines[name][-1], implausible(lines[name][-1], windows_ms)
+        if done(name) and reason is None:
+            results[name] = Calibrated(text_ms, windows_ms, line, "line", count)
+            continue
+        if not settled(name):
+            unsettled = f"no two successive lines agreed within {SETTLED_WITHIN:.0%}"
+            reason = f"{reason}; {unsettled}" if reason else unsettled
+        safe = safe_line(windows_ms)
+        sizes = ", ".join(f"{frames}: {ms:.0f} ms" for frames, ms in windows_ms.items())
+        (logger.info if done(name) else logger.warning)(
+            f"the {name} graph's vocoder ({sizes}, {count} rounds): {reason}; keeping the safe "
+            f"line, {safe.per_call_ms:.1f} ms a call + {safe.per_frame_ms:.3f} ms a frame"
+        )
+        results[name] = Calibrated(text_ms, windows_ms, safe, "safe", count, reason)
+    return results
+
+
+def _fastest_ms(rounds: Sequence[RoundTimes]) -> dict[int, float]:
+    """Each window size's fastest decode over the rounds, in milliseconds. A decode is only ever
+    slowed (another process, a page fault), never sped up, so the fastest is the machine's own
+    speed, and a slow stretch that catches the same window in most rounds does not move it
+    (given 2% jitter and one decode in six 1.6-3x slower, 58 of 2,000 lines through medians
+    were more than 10% off somewhere, 7 of 2,000 through the fastest)."""
+    sizes = sorted({frames for times in rounds for frames in times.windows})
+    return {
+        frames: min(t.windows[frames] for t in rounds if frames in t.windows) * 1000
+        for frames in sizes
+    }
 
 
 def _calibration_inputs(kokoro: object) -> tuple[dict[str, np.ndarray], np.ndarray]:

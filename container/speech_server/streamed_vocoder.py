@@ -61,6 +61,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,6 +298,9 @@ class StreamedVocoder:
         self.text_side_session = text_side
         self.vocoder_session = vocoder
         self.speed = speed  # the machine's, from the engine's tuning record: fixed for its life
+        # While a list: each decode's frames and seconds are added to it (the engine's warm-up,
+        # which checks its tuning record by them: engine_tuning.disagreement).
+        self.timings: list[tuple[int, float]] | None = None
 
     def text_side(self, inputs: dict[str, NDArray[Any]]) -> TextSide:
         durations, features, f0, phase = self.text_side_session.run(None, inputs)
@@ -350,4 +354,8 @@ class StreamedVocoder:
             "style": style,
             PHASE_OFFSET: offset,
         }
-        return np.asarray(self.vocoder_session.run(None, feed)[0], dtype=np.float32).ravel()
+        started = time.perf_counter()
+        audio = self.vocoder_session.run(None, feed)[0]
+        if self.timings is not None:
+            self.timings.append((hi - lo, time.perf_counter() - started))
+        return np.asarray(audio, dtype=np.float32).ravel()
