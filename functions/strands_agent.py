@@ -1,7 +1,7 @@
 """A Strands agent as the brain: ``Agent.stream_async``'s events mapped onto the turn's stream.
 
 Strands runs its own loop (model call, tools, model call); this module only translates what it
-yields (``../shared/AGENT-FACTS.md``, sdk-python ``types/_events.py``):
+yields (strands-agents/sdk-python, ``types/_events.py`` and ``agent/agent.py``'s ``stream_async``):
 
 - ``{"event": chunk}``, each raw Bedrock chunk: a ``contentBlockStart`` with ``toolUse`` is the
   earliest sign of a call (``ToolCallOpened``: the turn speaks the preamble then);

@@ -1,7 +1,8 @@
 """One turn of the conversation: pure logic over adapters (LLM, speech session, relay).
 
-``run_bidi`` is the product: two concurrent tasks feed one queue, consumed in true arrival order,
-so the first sentence's audio reaches the client while the LLM is still writing::
+``TurnRunner.run`` runs one turn in its mode. **bidi** is the product (``_answer_events``): two
+concurrent tasks feed one queue, consumed in true arrival order, so the first sentence's audio
+reaches the client while the LLM is still writing::
 
     text task:   LLM deltas -> relay's text lane (coalesced text_delta frames)
                             -> chunker -> sentence events + speech.send()
@@ -12,9 +13,9 @@ Text deltas go on the relay's own lane (``functions.adapters.relay``), coalesced
 post per ~100 ms (or one per sentence when the client asked for ``text_deltas: "sentence"``), so
 that no audio frame waits behind a text post: on AWS each post is a signed HTTPS round trip.
 
-``run_batch`` waits for the whole answer, then synthesizes it in one message: the fair baseline,
-same LLM stream and engine, only the moment synthesis starts differs. ``run_speak`` synthesizes a
-given text.
+**batch** (the same ``_answer_events``, with the whole answer as one chunk) waits for the whole
+answer, then synthesizes it in one message: the fair baseline, same LLM stream and engine, only
+the moment synthesis starts differs. **speak** (``_speak_events``) synthesizes a given text.
 
 The speech session is handed over still opening (a future): the worker asks for it when the turn
 starts, so its set-up overlaps the LLM's first tokens; the turn waits for it only at its first
@@ -40,7 +41,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from functions.adapters.llm import ConverseStreamClient, LlmError
+from functions.adapters.llm import LlmError
 from functions.adapters.relay import ConnectionGone, Relay, RelayError
 from functions.agent_events import (
     AgentEvent,
@@ -52,7 +53,6 @@ from functions.agent_events import (
     ToolsStillRunning,
     with_still_running,
 )
-from functions.agent_loop import BedrockAgent
 from functions.conversation import turn_frames
 from functions.conversation.heard import TurnWord, estimated_heard_ms
 from functions.tool_fillers import filler_for
@@ -145,10 +145,7 @@ class TurnRunner:
     relay: Relay
     speech: SpeechSource  # an open session, or one still opening
     cancelled: asyncio.Event
-    llm: ConverseStreamClient | None = None
-    llm_request: dict[str, Any] | None = None  # ask: the converse_stream arguments
-    # ask: the agent that answers (the built-in loop, a Strands agent); None: the built-in loop
-    # over ``llm`` and ``llm_request``, without tools.
+    # ask: the agent that answers (the built-in loop, a Strands agent: turn_assembly builds it).
     agent: AgentTurn | None = None
     text: str | None = None  # speak: the text
     # The first chunk ends at its first clause or after 6 words, whichever comes first: an LLM
@@ -179,8 +176,6 @@ class TurnRunner:
 
     def __post_init__(self) -> None:
         self._clock = _Clock(self.spec.accepted_at)
-        if self.agent is None and self.llm is not None and self.llm_request is not None:
-            self.agent = BedrockAgent(self.llm, self.llm_request)
         self._request_ids: list[str] = []
         # What each speech request says: its text, its round of the answer, whether a filler.
         self._requests: dict[str, _Spoken] = {}

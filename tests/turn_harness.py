@@ -122,16 +122,16 @@ async def run_turn(
 
     def runner_for(speech) -> TurnRunner:
         agent = given_agent() if callable(given_agent) else given_agent
-        if agent is None and tools is not None and mode != "speak":
-            request = converse_request("replay", [], prompt, tool_config=tools.tool_config())
+        if agent is None and llm is not None and mode != "speak":
+            # The built-in loop, as turn_assembly builds it (with the tools, if any).
+            config = tools.tool_config() if tools is not None else None
+            request = converse_request("replay", [], prompt, tool_config=config)
             agent = BedrockAgent(llm, request, tools)
         return TurnRunner(
             TurnSpec("turn-3", 3, mode, time.time(), voice=voice, word_timings=word_timings),
             relay,
             speech,
             cancelled,
-            llm=llm,
-            llm_request=converse_request("replay", [], prompt),
             text=text,
             agent=agent,
             **runner_options,

@@ -2,9 +2,10 @@
 
 Kokoro predicts how many 25 ms units (600 samples at 24 kHz, ``speed`` already applied) each
 phoneme token lasts, and its audio is exactly those units laid end to end: the duration
-predictor's output *is* the alignment, no recognizer needed (../shared/KOKORO-FACTS.md, word
-timings). Both engines get those durations (the ONNX engine from the split graph's text side,
-the torch engine from ``pred_dur``); this module turns them into words.
+predictor's output *is* the alignment, no recognizer needed (hexgrad's ``kokoro``,
+``KModel.forward``'s ``pred_dur``; checked here against both engines' audio). Both engines get
+those durations (the ONNX engine from the split graph's text side, the torch engine from
+``pred_dur``); this module turns them into words.
 
 Two steps:
 

@@ -199,7 +199,7 @@ class Conversation:
         await relay.close()
         logger.info(
             "turn ended", session_id=self.session_id, turn_id=turn.turn_id, status=outcome.status,
-            timings=outcome.timings.model_dump(), heard_ms=turn.heard_ms,
+            timings=outcome.timings.model_dump(), heard_ms=self.state.heard_ms(turn.turn_id),
             speech_session=ready.origin if ready else None,
             audio_bytes=relay.audio_bytes, audio_frames=relay.audio_frames,
         )  # fmt: skip

@@ -4,7 +4,8 @@ A turn's audio reaches the listener word by word; a cancel or a barge-in says (`
 lets the worker estimate how far it played. The agent must then remember only the words heard,
 else its next answer builds on things the listener never heard ("as I said...") or skips what
 they missed. Pipecat and LiveKit do the same: the assistant message is what was played, marked
-interrupted (../shared/AGENT-FACTS.md).
+interrupted (Pipecat commits the text whose audio played, ``llm_response_universal.py``;
+LiveKit Agents keeps the transcript up to the playback position with ``interrupted=True``).
 
 The cut keeps the shape of the turn's messages, so the history stays one Bedrock accepts: each
 assistant message keeps its tool calls (every ``toolUse`` still answered by its ``toolResult``),

@@ -87,10 +87,17 @@ def history_exchange(
 class SpokenAnswer(Protocol):
     """What the history needs of a finished ask turn (``functions.turn.TurnOutcome``)."""
 
-    status: str
-    answer: str
-    messages: list[dict[str, Any]]
-    words: list[TurnWord]
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def answer(self) -> str: ...
+
+    @property
+    def messages(self) -> list[dict[str, Any]]: ...
+
+    @property
+    def words(self) -> list[TurnWord]: ...
 
 
 def kept_messages(outcome: SpokenAnswer, heard_ms: float | None) -> list[dict[str, Any]] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -68,7 +69,7 @@ def send_error(
     tell(adapters, url, connection_id, [ErrorFrame(code=code, message=message, turn_id=turn_id)])
 
 
-def tell(adapters: Adapters, url: str, connection_id: str, frames: list[BaseModel]) -> None:
+def tell(adapters: Adapters, url: str, connection_id: str, frames: Sequence[BaseModel]) -> None:
     """Post control frames in order, best effort: a client that left cannot be told."""
     client = adapters.management_client(url)
     for frame in frames:
