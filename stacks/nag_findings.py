@@ -2,7 +2,8 @@
 
 cdk-nag's AwsSolutions pack runs on every synth (``app.py``) and an unacknowledged finding fails
 it. A wildcard finding (IAM5) is acknowledged for exactly the resource it names, so a wildcard
-added later is a new finding and still fails; ``tests/test_stacks.py`` checks that it does.
+added later is a new finding and still fails; ``tests/integration/test_stacks.py`` checks that
+it does.
 """
 
 from __future__ import annotations

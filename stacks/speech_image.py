@@ -4,8 +4,8 @@ target runs to get there.
 ``container/Dockerfile`` has one target per engine (``gpu`` for torch, ``cpu`` for ONNX) over a
 shared ``base`` stage. The endpoint stack builds the target of its engine (``SpeechEndpoint``),
 and the image test installs each target's dependencies exactly as its ``RUN`` lines say
-(tests/test_image_dependencies.py): both read the file through this module, so what is deployed
-and what is tested are the same stages.
+(tests/integration/test_image_dependencies.py): both read the file through this module, so what
+is deployed and what is tested are the same stages.
 
 dockerfile-parse does the reading (continuation lines, comments, instruction case); a stage is
 everything from its ``FROM`` to the next.

@@ -1,4 +1,10 @@
-"""Shared fixtures: the real Kokoro-82M ONNX engine, loaded once; speech servers on real ports."""
+"""Shared fixtures: the real Kokoro-82M ONNX engine, loaded once; speech servers on real ports.
+
+Two folders of tests share them: ``unit/`` (no servers, no model, no network: ``uv run pytest
+tests/unit``, the loop to run while editing, under a minute) and ``integration/`` (real ports,
+the real model, the stand-ins). A unit test that opens a network socket fails, saying where it
+belongs (``unit_tests_reach_no_network``).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -24,6 +31,31 @@ from voicewire_tools.local_stack.sagemaker_runtime import (
 
 if TYPE_CHECKING:
     from voicewire.speech_link import SpeechStreamError
+
+
+UNIT_TESTS = Path(__file__).resolve().parent / "unit"
+_INTERNET = (socket.AF_INET, socket.AF_INET6)
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_reach_no_network(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In ``tests/unit``, a network socket is an error: those tests belong in integration."""
+    if UNIT_TESTS not in Path(request.node.path).parents:
+        return
+    for name in ("connect", "connect_ex", "bind"):
+        real = getattr(socket.socket, name)
+
+        def refuse(self: socket.socket, *args: object, _real=real, _name=name) -> object:
+            if self.family in _INTERNET:
+                raise RuntimeError(
+                    f"a unit test called socket.{_name}{args}: tests that reach a server or the "
+                    "network belong in tests/integration/"
+                )
+            return _real(self, *args)
+
+        monkeypatch.setattr(socket.socket, name, refuse)
 
 
 @pytest.fixture

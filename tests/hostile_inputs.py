@@ -2,8 +2,9 @@
 the stable error code each must get (``docs/protocol.md``). ``code=None`` marks input that is odd
 but valid: it must be answered normally.
 
-The tables are shared by tests/test_hostile_input.py, which sends every row over a real speech
-session, over the local stack's client WebSocket, and straight to the message Lambda handler.
+The tables are shared by tests/integration/test_hostile_input.py, which sends every row over a
+real speech session, over the local stack's client WebSocket, and straight to the message Lambda
+handler.
 """
 
 from __future__ import annotations

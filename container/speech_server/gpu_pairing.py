@@ -1,7 +1,8 @@
 """The GPU image and the driver under it: which CUDA the image's torch is built for, which NVIDIA
 driver that needs, and which SageMaker inference AMI gives such a driver. One place, read by the
 endpoint stack (the AMI it names on GPU variants), the torch engine's start-up check (what it says
-when the GPU cannot be used) and ``tests/test_gpu_pairing.py`` (which checks it against uv.lock).
+when the GPU cannot be used) and ``tests/unit/test_gpu_pairing.py`` (which checks it against
+uv.lock).
 
 Why it matters: SageMaker gives a real-time ml.g5 variant NVIDIA driver 470 (CUDA 11.4) unless the
 production variant names an ``InferenceAmiVersion``. CUDA user-space newer than the driver can

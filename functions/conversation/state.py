@@ -4,7 +4,7 @@ A conversation is a connection to the WebSocket API (its state in DynamoDB, shar
 message route and the worker: ``functions.adapters.session_store``) or an AgentCore Runtime
 session (its state in the microVM's memory: ``MemoryConversation`` here). The rules
 (``functions.conversation.rules``) read and change it only through ``ConversationState``, and
-``tests/test_conversation_state.py`` runs the same contract against both implementations.
+``tests/unit/test_conversation_state.py`` runs the same contract against both implementations.
 
 Each operation is atomic where it must be: admitting a turn (the rate window), starting one
 (numbering it, making it the active one), cancelling one (only while it runs), and changing the

@@ -29,7 +29,7 @@ from voicewire.client_protocol import (
 )
 from voicewire.speech_link import open_speech_session
 
-EVENTS = Path(__file__).resolve().parent.parent / "events" / "apigw"
+EVENTS = Path(__file__).resolve().parents[2] / "events" / "apigw"
 SAMPLE_SECRET = "voicewire-sample-secret-do-not-deploy"
 CONNECTION = "Vw1SampleConnId="
 SAMPLE_NOW = 1795939200 + 30  # the sample events' request time (events/apigw/make_events.py)

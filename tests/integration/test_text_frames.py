@@ -26,7 +26,7 @@ from voicewire.client_protocol import encode_audio_frame
 from voicewire.turn_client import TEXT_FRAMES_NOTICE, run_turn
 from voicewire_tools.commands.deployment_check import TEXT_VERDICT
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PCM = b"\x01\x02" * 3000  # one frame's audio (3,000 samples)
 

@@ -28,7 +28,7 @@ from voicewire_tools.commands.cdk_runner import (
     check_bootstrap,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_speech_infra_deploys_foundation_cache_endpoint_and_destroys_in_reverse(tmp_path):

@@ -18,7 +18,7 @@ from aws_cdk.assertions import Match, Template
 from functions.worker_policy import worker_policy_for
 from stacks.voice_api import bedrock_resources
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # cfn-lint findings that are not defects: W3005, CDK's own DependsOn next to a GetAtt on the same
 # role; W3037, cfn-lint's action list lacks InvokeEndpointWithBidirectionalStream (granted with
 # InvokeEndpoint until a live account shows which one the stream checks, docs/aws-facts.md).

@@ -17,6 +17,7 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
+from interleaving import Interleaving
 from test_handlers import (  # noqa: F401  (adapters is a fixture)
     CONNECTION,
     FakeLambdaContext,
@@ -25,7 +26,6 @@ from test_handlers import (  # noqa: F401  (adapters is a fixture)
     posted,
     sample,
 )
-from test_session_store import Interleaving
 
 from functions.adapters.replay_llm import ReplayBedrockClient
 from functions.adapters.session_store import SessionStore
@@ -169,7 +169,7 @@ def _bedrock_unreachable(adapters):
 
 
 def _empty_model_id(adapters):
-    # The settings refuse an empty model id (tests/test_settings.py): a copy that skips their
+    # The settings refuse an empty model id (tests/unit/test_settings.py): a copy that skips their
     # validation stands for a parameter the SDK refuses before any request.
     adapters.settings = adapters.settings.model_copy(update={"bedrock_model_id": ""})
     client = boto3.client("bedrock-runtime")  # validates its parameters before any request

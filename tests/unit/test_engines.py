@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from speech_server import model_assets
@@ -71,16 +69,6 @@ def test_default_voice_prefers_the_most_intelligible_english():
         choose_default_voice(frozenset({"jm_kumo"}), "af_heart")
 
 
-def test_user_given_onnx_files_are_loaded(tmp_path):
-    """``--model-path``/``--voices-path``: here the same files, given as a user would."""
-    model = bundled_model_path(tmp_path, progress=lambda _: None)
-    voices = model_assets.bundled_voices_path()
-    engine = load_engine(EngineSettings(model_path=model, voices_path=voices, voice="jf_alpha"))
-    assert engine.default_voice == "jf_alpha"
-    audio = engine.synthesize("Yes.", "jf_alpha", 1.0)
-    assert audio.dtype == np.float32 and np.abs(audio).max() > 0.05
-
-
 def test_missing_user_files_are_a_clear_error(tmp_path):
     settings = EngineSettings(model_path=tmp_path / "none.onnx", voices_path=tmp_path / "v.bin")
     with pytest.raises(ModelAssetError, match="does not exist"):
@@ -101,16 +89,3 @@ def test_torch_engine_without_its_extra_says_how_to_install_it(tmp_path):
             load_engine(EngineSettings(engine="torch", model_dir=tmp_path))
     else:
         pytest.skip("torch and kokoro are installed here")
-
-
-@pytest.mark.torch
-def test_torch_engine_speaks_from_a_local_model_directory():
-    """Runs where the torch extra is installed and VOICEWIRE_TEST_MODEL_DIR holds the weights."""
-    pytest.importorskip("torch")
-    pytest.importorskip("kokoro")
-    model_dir = os.environ.get("VOICEWIRE_TEST_MODEL_DIR")
-    if not model_dir:
-        pytest.skip("set VOICEWIRE_TEST_MODEL_DIR to a Kokoro-82M model directory")
-    engine = load_engine(EngineSettings(engine="torch", model_dir=Path(model_dir)))
-    audio = engine.synthesize("Hello from the GPU engine.", engine.default_voice, 1.0)
-    assert audio.dtype == np.float32 and np.abs(audio).max() > 0.05

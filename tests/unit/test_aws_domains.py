@@ -15,7 +15,7 @@ from functions.handlers.messages import callback_url
 from voicewire.aws_domains import dns_suffix
 from voicewire.speech_link.sagemaker_client import runtime_endpoint
 
-EVENTS = Path(__file__).resolve().parent.parent / "events" / "apigw"
+EVENTS = Path(__file__).resolve().parents[2] / "events" / "apigw"
 
 
 @pytest.mark.parametrize(

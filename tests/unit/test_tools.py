@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler
-from typing import ClassVar
 
 import pytest
-from loopback_http import LoopbackServer
 
 from functions.adapters.llm import converse_request
 from functions.adapters.replay_llm import ReplayBedrockClient, prompt_and_results
@@ -19,7 +15,6 @@ from functions.agent_loop import BedrockAgent
 from functions.tool_fillers import filler_for
 from functions.tools import sample_tools
 from functions.tools.current_time import current_time_tool, spoken_time
-from functions.tools.knowledge_base import knowledge_base_tool, retrieve_client
 from functions.tools.registry import tool_result
 from functions.tools.search_docs import DocsIndex, excerpt, search_docs_tool
 
@@ -185,55 +180,6 @@ async def test_a_tool_recording_answers_an_error_result_with_its_error():
     assert "I could not read the clock just now: the tool failed: the clock service is down." in (
         agent.text
     )
-
-
-class KnowledgeBaseHandler(BaseHTTPRequestHandler):
-    """Bedrock Agent Runtime's ``Retrieve`` (``POST /knowledgebases/{id}/retrieve``), as JSON."""
-
-    received: ClassVar[list] = []
-
-    def log_message(self, format, *args):
-        pass
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).received.append((self.path, body, self.headers.get("Authorization", "")))
-        answer = {"retrievalResults": [{
-            "content": {"text": "Barge-in cancels the turn. The next answer starts at once."},
-            "location": {"type": "S3", "s3Location": {"uri": "s3://docs/guide/barge-in.md"}},
-            "score": 0.8123,
-        }]}  # fmt: skip
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-async def test_search_docs_asks_a_knowledge_base_through_the_real_client():
-    with LoopbackServer(KnowledgeBaseHandler) as server:
-
-        def client():
-            return retrieve_client(
-                region_name="us-east-1", endpoint_url=server.url,
-                aws_access_key_id="x", aws_secret_access_key="y",
-            )  # fmt: skip
-
-        tool = knowledge_base_tool("KB12345678", client)
-        reply = await tool.run(tool.input_model(query="barge-in"))
-    path, body, authorization = KnowledgeBaseHandler.received[-1]
-    assert path == "/knowledgebases/KB12345678/retrieve"
-    assert body == {
-        "retrievalQuery": {"text": "barge-in"},
-        "retrievalConfiguration": {"vectorSearchConfiguration": {"numberOfResults": 3}},
-    }
-    assert authorization.startswith("AWS4-HMAC-SHA256")  # signed, as Bedrock wants it
-    assert reply["matches"] == [{
-        "file": "barge-in.md", "heading": "",
-        "excerpt": "Barge-in cancels the turn. The next answer starts at once.",
-        "summary": "Barge-in cancels the turn.", "score": 0.812,
-    }]  # fmt: skip
 
 
 def test_a_knowledge_base_id_switches_search_docs_and_is_checked():

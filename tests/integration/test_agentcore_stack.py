@@ -31,7 +31,7 @@ from stacks.agent_image import (
 )
 from stacks.lambda_bundle import uv_command
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KNOWLEDGE_BASE = "KB12345678"
 MODEL = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
 SAMPLE_ARN = "arn:aws:bedrock-agentcore:eu-west-1:123456789012:runtime/voicewire_agent-AbCdEf1234"

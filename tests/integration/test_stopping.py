@@ -25,7 +25,7 @@ import pytest
 from conftest import free_port
 from websockets.sync.client import connect
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STOP_WITHIN_SECONDS = 10  # "a few seconds": the stack's own stop is ~2 s on 2 cores
 QUESTION = "Why does streaming make voice agents feel faster?"
 

@@ -17,7 +17,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from voicewire.client_protocol import encode_audio_frame
 from voicewire_tools.commands.deployment_check import TEXT_VERDICT, CheckFailed, check, render
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_check_passes_against_the_local_stack(stack, tmp_path):

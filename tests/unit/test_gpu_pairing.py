@@ -21,7 +21,7 @@ from speech_server.gpu_pairing import (
 )
 from stacks.speech_image import image_stages, stage_chain
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CUDA_RUNTIMES = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime-cu11", "nvidia-cuda-runtime")
 LINUX_X86 = "platform_machine == 'x86_64' and sys_platform == 'linux'"
 

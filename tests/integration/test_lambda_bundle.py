@@ -22,7 +22,7 @@ from stacks.lambda_bundle import (
 # only by a deployment that runs a Strands agent (functions/worker_run.py imports it lazily).
 MAX_BUNDLE_BYTES = 110 * 1024 * 1024
 AARCH64 = 0xB7  # ELF e_machine of arm64
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,7 @@ import time
 
 import boto3
 import pytest
+from interleaving import Interleaving
 
 from functions.adapters.session_store import (
     ClaimVerdict,
@@ -124,29 +125,6 @@ def test_history_is_bounded_and_in_converse_format(store):
 
 
 # --- races and retries (what the local stack hid) ---------------------------------------------
-
-
-class Interleaving:
-    """The real boto3 client, with a hook run right after one kind of write: another handler's
-    write landing between two of this one's, as concurrent invocations on AWS can."""
-
-    def __init__(self, client, after_update_containing: str, then):
-        self._client, self._marker, self._then, self.fired = (
-            client,
-            after_update_containing,
-            then,
-            0,
-        )
-
-    def __getattr__(self, name):
-        return getattr(self._client, name)
-
-    def update_item(self, **request):
-        response = self._client.update_item(**request)
-        if self._marker in request["UpdateExpression"] and not self.fired:
-            self.fired += 1
-            self._then()
-        return response
 
 
 def test_a_turn_cancelled_while_it_is_recorded_stays_cancelled(store):

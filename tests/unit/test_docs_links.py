@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # The front page and the folders whose Markdown is the project's documentation.
 FRONT_PAGE = "README.md"
 DOCUMENTED_FOLDERS = ("docs", "stacks", "functions", "bench", "events", "container")

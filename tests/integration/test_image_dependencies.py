@@ -43,7 +43,7 @@ from stacks.speech_image import (
     stage_chain,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 IMAGE_ROOT = "/app"  # the Dockerfile's WORKDIR
 MODEL_DIR = "/opt/ml/model"  # where SageMaker mounts the model data
 # RUN lines of the Dockerfile that install no Python package from the lock, and why they do not

@@ -27,7 +27,7 @@ from required_tools import needs
 
 CHROMIUM = shutil.which("chromium")
 pytestmark = needs("chromium")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "images" / "browser.png"
 SHORT_ANSWER = "Hello! I'm voicewire, the voice of your agent. Ask me anything."
 TURN = 120_000  # ms: a turn's wait, generous for a loaded 2-core machine

@@ -21,7 +21,7 @@ from voicewire.client_protocol import MAX_FRAME_BYTES, decode_audio_frame
 from voicewire.turn_client import run_turn
 from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def check_turn(result, mode):
@@ -273,7 +273,7 @@ def test_the_page_is_served(stack):
         assert response.headers["referrer-policy"] == "no-referrer"
     for outside in ("/pyproject.toml", "/..%2Fpyproject.toml", "/.env"):
         assert httpx.get(f"{stack.base_url}{outside}").status_code == 404
-    # config.json is the stack's answer (tests/test_gateway.py), not a file of the repository.
+    # config.json is the stack's answer (tests/integration/test_gateway.py), not a repository file.
     assert httpx.get(f"{stack.base_url}/config.json").json()["url"] == stack.ws_url
 
 
