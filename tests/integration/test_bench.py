@@ -16,6 +16,7 @@ from voicewire_tools.bench import ttfa
 from voicewire_tools.bench.machine import describe_machine
 
 
+
 def test_the_seed_chunker_is_the_articles_regex():
     chunker = SeedSentenceChunker()
     assert chunker.feed("Dr. Smith paid $29.") == ["Dr."]  # no abbreviations; the tail waits
@@ -213,7 +214,7 @@ def test_frame_problems_finds_a_gap_and_a_short_count():
 def test_engine_bench_compares_the_streamed_vocoder_with_the_whole_decode(onnx_engine):
     from voicewire_tools.bench.engine import TEXTS, streamed
 
-    voices = ("af_heart", "bm_george")
+    voices = ("bm_george",)  # one voice keeps the smoke test short; the bench runs four
     figures, _ = streamed(onnx_engine, "af_heart", rounds=1, voices=voices, runs=2)
     assert set(figures["first_audio"]) == set(TEXTS)
     for row in figures["first_audio"].values():
@@ -451,9 +452,10 @@ def test_the_recognizer_hears_kokoro_offline(onnx_engine):
 async def test_tools_bench_measures_the_preamble_the_filler_and_the_answer(stack):
     from voicewire_tools.bench import tools
 
-    rows = await tools.run_cases(stack.ws_url, stack, [2000.0], trials=1)
+    # bidi only: what the assertions read (batch runs the same cases, after the whole answer).
+    rows = await tools.run_cases(stack.ws_url, stack, [2000.0], trials=1, modes=("bidi",))
     by = {(row["case"], row["mode"]): row for row in rows}
-    assert len(rows) == len(tools.CASES) * len(tools.MODES)
+    assert len(rows) == len(tools.CASES)
     for row in rows:
         assert row["first_audio_ms"] > 0 and row["result_to_sentence_ms"] > 0
     assert by[("no preamble, no filler", "bidi")]["result_to_audio_ms"] > 0

@@ -91,13 +91,16 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-async def run_cases(url: str, stack: Any, latencies: list[float], trials: int) -> list[dict]:
+async def run_cases(
+    url: str, stack: Any, latencies: list[float], trials: int, modes: tuple[str, ...] = MODES
+) -> list[dict]:
+    """Each case in each of ``modes`` at each tool latency, ``trials`` times."""
     rows = []
     base = stack.adapters.settings
     try:
         for latency in latencies:
             for case in CASES:
-                for mode in MODES:
+                for mode in modes:
                     stack.adapters.settings = base.changed(
                         tool_latency_ms=latency, tool_filler_seconds=case.filler_seconds
                     )
