@@ -16,7 +16,6 @@ from voicewire_tools.bench import ttfa
 from voicewire_tools.bench.machine import describe_machine
 
 
-
 def test_the_seed_chunker_is_the_articles_regex():
     chunker = SeedSentenceChunker()
     assert chunker.feed("Dr. Smith paid $29.") == ["Dr."]  # no abbreviations; the tail waits
