@@ -26,7 +26,9 @@ SEED_EVENTS = {
     "agent_start", "text_delta", "audio_stream_start", "audio_chunk", "audio_stream_end",
     "agent_end", "error",
 }  # fmt: skip
-WEATHER = "Tell me something about the weather."  # a replayed recording (events/llm)
+WEATHER = "Tell me something about the weather."  # a replayed recording (events/llm): 679 chars
+# Its short one (63 chars): for what needs a whole spoken turn, not a long one.
+HELLO = "Hello, who are you?"
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ async def test_ping_is_the_sdks(runtime):
 
 
 async def test_ws_answers_an_ask_with_speech_in_voicewires_frames(runtime):
-    result = await run_turn(runtime.ws_url, {"action": "ask", "prompt": WEATHER})
+    result = await run_turn(runtime.ws_url, {"action": "ask", "prompt": HELLO})
     kinds = [event.kind for event in result.events]
     assert kinds[0] == "turn_start" and kinds[-1] == "turn_end"
     assert result.status == "complete"
@@ -127,13 +129,13 @@ async def test_invocations_refuse_a_bad_payload_with_the_seeds_error_event(runti
 
 async def test_a_session_keeps_its_history_across_both_routes(runtime):
     session = session_id()
-    await invoke(runtime, {"prompt": WEATHER, "mode": "batch"}, session)
+    await invoke(runtime, {"prompt": HELLO, "mode": "batch"}, session)
     async with connect(runtime.ws_url, additional_headers={SESSION_HEADER: session}) as socket:
         await socket.send(json.dumps({"action": "history"}))
         history = json.loads(await asyncio.wait_for(socket.recv(), 10))
     assert history["type"] == "history"
     assert [m["role"] for m in history["messages"]] == ["user", "assistant"]
-    assert history["messages"][0]["text"] == WEATHER
+    assert history["messages"][0]["text"] == HELLO
     # another session knows nothing of it
     async with connect(runtime.ws_url, additional_headers={SESSION_HEADER: session_id()}) as other:
         await other.send(json.dumps({"action": "history"}))
@@ -209,7 +211,7 @@ def test_voicewire_up_front_door_agentcore_answers_ask_over_ws_and_sse(tmp_path)
         for extra, first_audio in (([], "audio "), (["--sse"], "audio_chunk")):
             out = tmp_path / f"answer{len(extra)}.wav"
             asked = subprocess.run(
-                [*cli, "ask", WEATHER, "--url", url, "--out", str(out), *extra],
+                [*cli, "ask", HELLO, "--url", url, "--out", str(out), *extra],
                 capture_output=True, text=True, timeout=120,
             )  # fmt: skip
             assert asked.returncode == 0, asked.stdout + asked.stderr

@@ -264,7 +264,7 @@ async def test_no_ticket_secret_or_prompt_reaches_the_logs_of_a_whole_turn(
         caplog.set_level(logging.DEBUG, logger=own)
     local = guarded_stack
     ticket = local.token("dave")
-    prompt = "Tell me a story about the purple zeppelin 7731"
+    prompt = "Hello, purple zeppelin 7731"  # a short recorded answer: the whole turn, quickly
     result = await run_turn(
         f"{local.ws_url}?token={ticket}", {"action": "ask", "prompt": prompt, "mode": "bidi"}
     )

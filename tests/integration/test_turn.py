@@ -129,7 +129,7 @@ async def test_the_turn_streams_text_while_its_speech_session_opens(aws, speech_
         return session
 
     outcome, connection, _ = await run_turn(
-        speech_server, "bidi", "What is the meaning of life?",
+        speech_server, "bidi", "Hello there",  # the short recorded answer: three sentences
         speech_opening=open_after_the_first_text, watch=watch,
     )  # fmt: skip
     assert outcome.status == "complete"
@@ -197,7 +197,7 @@ async def test_audio_does_not_wait_behind_text_posts(aws, speech_server):
 
 async def test_sentence_text_deltas_carry_the_text_up_to_each_sentence(aws, speech_server):
     outcome, connection, _ = await run_turn(
-        speech_server, "bidi", "What is the meaning of life?", text_flush="sentence"
+        speech_server, "bidi", "Hello there", text_flush="sentence"  # three short sentences
     )
     frames = [f for f in connection.frames() if isinstance(f, dict)]
     deltas = [f for f in frames if f["type"] == "text_delta"]
