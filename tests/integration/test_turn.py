@@ -196,8 +196,9 @@ async def test_audio_does_not_wait_behind_text_posts(aws, speech_server):
 
 
 async def test_sentence_text_deltas_carry_the_text_up_to_each_sentence(aws, speech_server):
+    # The short recorded answer: three short sentences.
     outcome, connection, _ = await run_turn(
-        speech_server, "bidi", "Hello there", text_flush="sentence"  # three short sentences
+        speech_server, "bidi", "Hello there", text_flush="sentence"
     )
     frames = [f for f in connection.frames() if isinstance(f, dict)]
     deltas = [f for f in frames if f["type"] == "text_delta"]
