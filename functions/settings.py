@@ -28,9 +28,8 @@ from pydantic import (
 from voicewire.client_protocol import AudioDelivery
 
 # bedrock: Amazon Bedrock; replay: recordings of it (events/llm); local: a model on this machine's
-# CPU behind the same converse_stream shapes (functions/adapters/local_llm.py).
+# CPU behind the same converse_stream shapes (voicewire_tools/local_stack/local_llm.py).
 LlmKind = Literal["bedrock", "replay", "local"]
-Baseline = Literal["voicewire", "seed"]
 # For speech: the answer is heard, not read, so short sentences and no markup a voice would read
 # out (the local 135M model answers as many of docs/decisions.md's questions right with it).
 DEFAULT_SYSTEM_PROMPT = (
@@ -133,9 +132,6 @@ class Settings(BaseModel):
     max_output_tokens: int = Field(512, ge=1, alias="VOICEWIRE_MAX_OUTPUT_TOKENS")
     # For the @connections URL when no callback URL is configured (Lambda sets AWS_REGION).
     region: NameOrNone = Field(None, validation_alias=AliasChoices("region", "AWS_REGION"))
-    # "seed": the seed article's pipeline (its regex sentence splitter, whole sentences, no early
-    # first chunk), a baseline for ``voicewire bench ttfa`` on the local stack; never deployed.
-    baseline: Baseline = Field("voicewire", alias="VOICEWIRE_BASELINE")
     # A stalled speech server: the longest wait for a sentence's next speech event (its start,
     # first audio, next audio, end) before the turn fails with ``speech_failed``. Above the
     # slowest legitimate chunk: a 320-character chunk decoded whole took ~20 s on 2 loaded CPU
@@ -188,22 +184,6 @@ class Settings(BaseModel):
     bedrock_latency: Literal["standard", "optimized"] = Field(
         "standard", alias="VOICEWIRE_BEDROCK_LATENCY"
     )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _local_model_id(cls, data: Any) -> Any:
-        """The local LLM's requests name its own model (its adapter refuses any other id)."""
-        if not isinstance(data, dict):
-            return data
-        llm = data.get("llm", data.get("VOICEWIRE_LLM"))
-        named = data.get("bedrock_model_id") or data.get("VOICEWIRE_BEDROCK_MODEL_ID")
-        if llm != "local" or named:
-            return data
-        from functions.adapters.local_llm_weights import local_model_id
-
-        weights = data.get("local_llm_weights") or data.get("VOICEWIRE_LOCAL_LLM_WEIGHTS")
-        given = {k: v for k, v in data.items() if k != "VOICEWIRE_BEDROCK_MODEL_ID"}
-        return {**given, "bedrock_model_id": local_model_id(weights)}
 
     @model_validator(mode="after")
     def _bedrock_needs_a_model(self) -> Self:

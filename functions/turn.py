@@ -56,7 +56,7 @@ from functions.agent_events import (
 from functions.conversation import turn_frames
 from functions.conversation.heard import TurnWord, estimated_heard_ms
 from functions.tool_fillers import filler_for
-from voicewire.chunker import IncrementalSentenceChunker
+from voicewire.chunker import Chunker, IncrementalSentenceChunker
 from voicewire.client_protocol import (
     AudioFormat,
     ClientError,
@@ -139,6 +139,29 @@ class _SpeechLimit(Exception):
 SpeechSource = SpeechSession | asyncio.Future[SpeechSession]
 
 
+# voicewire's: the first chunk ends at its first clause or after 6 words, whichever comes first
+# (an LLM writes 6 words in ~300 ms, a long first sentence in seconds).
+FIRST_CLAUSE_CHUNKER = partial(IncrementalSentenceChunker, first_max_words=6)
+
+
+@dataclass(frozen=True)
+class Chunking:
+    """How a turn cuts its text. The division of labour: this chunker (``voicewire.chunker``)
+    cuts the model's stream where a listener can hear a boundary (sentences, and a first chunk
+    short enough to be written in ~300 ms: its first clause or 6 words); the speech server only
+    cuts the first chunk *it is sent* further, at the fastest point its engine can start on
+    (``fast_start``: ``speech_server.chunk_plan``), and never adds text boundaries of its own."""
+
+    # Called with language=<the voice's BCP 47 tag>: the abbreviation rules follow the voice.
+    chunker_factory: Callable[..., Chunker] = FIRST_CLAUSE_CHUNKER
+    # The speech server's early cut of the first chunk for the first sentence and for batch and
+    # speak texts.
+    fast_start: bool = True
+
+
+VOICEWIRE_CHUNKING = Chunking()
+
+
 @dataclass
 class TurnRunner:
     spec: TurnSpec
@@ -148,15 +171,9 @@ class TurnRunner:
     # ask: the agent that answers (the built-in loop, a Strands agent: turn_assembly builds it).
     agent: AgentTurn | None = None
     text: str | None = None  # speak: the text
-    # The first chunk ends at its first clause or after 6 words, whichever comes first: an LLM
-    # writes 6 words in ~300 ms, a long first sentence in seconds.
-    # Called with language=<the voice's BCP 47 tag>: the abbreviation rules follow the voice.
-    chunker_factory: Callable[..., IncrementalSentenceChunker] = field(
-        default=partial(IncrementalSentenceChunker, first_max_words=6)
-    )
-    # The speech server's early cut of the first chunk (``fast_start``) for the first sentence
-    # and for batch/speak texts. Off only in the seed's baseline (``voicewire bench ttfa``).
-    fast_start: bool = True
+    # How the answer's text is cut into chunks, and the speech server told to cut the first
+    # one early (``Chunking``): voicewire's, unless a benchmark hands in the seed's.
+    chunking: Chunking = field(default_factory=lambda: VOICEWIRE_CHUNKING)
     # Why ``cancelled`` was set, when it was not a cancel: the worker's time limit, lost session
     # state. The turn then ends ``failed`` with this error instead of ``cancelled``.
     stop_failure: Callable[[], ClientError | None] = lambda: None
@@ -436,7 +453,7 @@ class TurnRunner:
         batch = self.spec.mode == "batch"
 
         def new_chunker() -> IncrementalSentenceChunker | _WholeAnswer:
-            return _WholeAnswer() if batch else self.chunker_factory(language=language)
+            return _WholeAnswer() if batch else self.chunking.chunker_factory(language=language)
 
         async def text_task() -> None:
             chunker = new_chunker()
@@ -540,7 +557,7 @@ class TurnRunner:
             sentence,
             voice=self.spec.voice,
             speed=self.spec.speed,
-            fast_start=self.fast_start and cut_early(sentence, said.in_round),
+            fast_start=self.chunking.fast_start and cut_early(sentence, said.in_round),
             word_timings=self.spec.word_timings or None,
         )
         said.index += 1
@@ -558,7 +575,8 @@ class TurnRunner:
         yield Sentence(turn_id=self.spec.turn_id, index=0, text=text)
         speech = await self._speech()
         request_id = await speech.send(
-            text, voice=self.spec.voice, speed=self.spec.speed, fast_start=self.fast_start,
+            text, voice=self.spec.voice, speed=self.spec.speed,
+            fast_start=self.chunking.fast_start,
             word_timings=self.spec.word_timings or None,
         )  # fmt: skip
         self._request_ids.append(request_id)

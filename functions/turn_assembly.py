@@ -20,7 +20,14 @@ from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
 from functions.agent_events import AgentTurn
 from functions.agent_loop import BedrockAgent
 from functions.settings import Settings
-from functions.turn import SpeechSource, TurnOutcome, TurnRunner, TurnSpec
+from functions.turn import (
+    VOICEWIRE_CHUNKING,
+    Chunking,
+    SpeechSource,
+    TurnOutcome,
+    TurnRunner,
+    TurnSpec,
+)
 from functions.wiring import Adapters
 from voicewire.client_protocol import ClientError
 from voicewire.speech_link import SpeechSession
@@ -47,15 +54,6 @@ def answering_agent(adapters: Adapters, history: list[dict[str, Any]], prompt: s
     return BedrockAgent(adapters.llm_client(), request, adapters.tools, settings.max_tool_rounds)
 
 
-def seed_baseline(settings: Settings) -> dict[str, Any]:
-    """The seed's pipeline for ``voicewire bench``'s baseline modes; nothing otherwise."""
-    if settings.baseline != "seed":
-        return {}
-    from voicewire.seed_chunker import SeedSentenceChunker
-
-    return {"chunker_factory": SeedSentenceChunker, "fast_start": False}
-
-
 def turn_runner(
     spec: TurnSpec,
     relay: Relay,
@@ -65,15 +63,16 @@ def turn_runner(
     agent: AgentTurn | None = None,
     text: str | None = None,
     stop_failure: Callable[[], ClientError | None] = lambda: None,
+    chunking: Chunking = VOICEWIRE_CHUNKING,
 ) -> TurnRunner:
-    """The turn, with the settings' fillers, tool data, speech timeout and audio limit."""
+    """The turn, with the settings' fillers, tool data, speech timeout and audio limit, cut as
+    ``chunking`` says (the wiring's: voicewire's, or a benchmark's seed pipeline)."""
     return TurnRunner(
         spec, relay, speech, cancelled, agent=agent, text=text, stop_failure=stop_failure,
         tool_filler_seconds=settings.tool_filler_seconds or None,
         show_tool_data=settings.show_tool_data,
         speech_timeout=settings.speech_chunk_timeout_seconds,
-        max_speech_seconds=settings.max_speech_seconds_per_turn,
-        **seed_baseline(settings),
+        max_speech_seconds=settings.max_speech_seconds_per_turn, chunking=chunking,
     )  # fmt: skip
 
 

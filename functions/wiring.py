@@ -19,6 +19,7 @@ from functions.adapters.speech_sessions import KeptSpeechSession, SessionPolicy
 from functions.settings import Settings, SettingsError
 from functions.tools import ToolRegistry, sample_tools
 from functions.tools.search_docs import DEFAULT_DOCS
+from functions.turn import VOICEWIRE_CHUNKING, Chunking
 from voicewire.speech_link import SpeechSession, open_speech_session
 
 
@@ -34,6 +35,9 @@ class Adapters:
     # The time tickets are checked at: the real clock, except when sample events are replayed
     # at the moment they were recorded (``voicewire replay``).
     clock: Callable[[], float] = time.time
+    # How turns cut their text: voicewire's; the local stack hands in the seed's pipeline for
+    # ``voicewire bench ttfa``'s baseline modes (``voicewire_tools.seed_pipeline``).
+    chunking: Chunking = VOICEWIRE_CHUNKING
     _management_clients: dict[str, Any] = field(default_factory=dict)
     _tools: tuple[Settings, ToolRegistry] | None = None
 
@@ -76,7 +80,7 @@ class Adapters:
         settings = settings or Settings.from_env()
         if settings.llm == "local":
             # Not in a deployment's code: the Lambda bundle and the AgentCore image carry no
-            # llama.cpp (functions/adapters/local_llm.py is the local stack's to hand in).
+            # llama.cpp (voicewire_tools/local_stack/local_llm.py is the local stack's to hand in).
             raise SettingsError(
                 "VOICEWIRE_LLM=local runs on voicewire's local stack (voicewire up --llm local), "
                 "which hands its model in; a deployment's functions reach Bedrock"

@@ -196,7 +196,7 @@ async def run_claimed(
         )  # fmt: skip
         runner = turn_runner(
             spec, relay, speech, stop.event, adapters.settings, agent=agent, text=job.text,
-            stop_failure=lambda: stop.failure,
+            stop_failure=lambda: stop.failure, chunking=adapters.chunking,
         )  # fmt: skip
         outcome = await runner.run(tell_end=False)
     finally:

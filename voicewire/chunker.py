@@ -64,6 +64,7 @@ joined with spaces they are the speech text's words in order, none lost or repea
 from __future__ import annotations
 
 import re
+from typing import Protocol
 
 from voicewire.abbreviations import LanguageRules, rules_for
 from voicewire.speech_text import SpeechTextFilter
@@ -78,6 +79,18 @@ _CLAUSE_MARKS = frozenset(",;:")
 _SPACES = frozenset(" \t")
 _RUNS_OF_SPACES = re.compile(r"[ \t]{2,}")
 _DASHES = frozenset("–—")
+
+
+class Chunker(Protocol):
+    """What a turn needs of a chunker: ``feed`` returns the chunks a fragment completed (and
+    holds back the rest), ``finish`` the rest once the text is whole. This module's
+    ``IncrementalSentenceChunker`` is the product's; the benchmarks' seed pipeline
+    (``voicewire_tools.seed_pipeline``) and batch's whole-answer one (``functions.turn``) are the
+    others."""
+
+    def feed(self, fragment: str) -> list[str]: ...
+
+    def finish(self) -> list[str]: ...
 
 
 class IncrementalSentenceChunker:

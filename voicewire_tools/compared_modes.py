@@ -4,7 +4,7 @@ batch, on one stack (``LocalStack.use_baseline`` switches between them turn by t
 - ``bidi``: voicewire's product: the answer spoken as it is written, its first chunk cut early;
 - ``batch``: voicewire's batch: the whole answer, then one synthesis request (the speech server
   still cuts its first clause early);
-- ``seed_bidi``: the seed's bidi: its regex sentence splitter (``voicewire.seed_chunker``),
+- ``seed_bidi``: the seed's bidi: its regex sentence splitter (``voicewire_tools.seed_pipeline``),
   whole sentences, no early first chunk;
 - ``seed_batch``: the seed's batch: the whole answer, one request, no early first chunk.
 

@@ -179,7 +179,7 @@ class Conversation:
                 agent = answering_agent(adapters, list(self.history), action.prompt)
             text = action.text if isinstance(action, SpeakAction) else None
             runner = turn_runner(spec, relay, speech, turn.cancelled, adapters.settings,
-                                 agent=agent, text=text)  # fmt: skip
+                                 agent=agent, text=text, chunking=adapters.chunking)  # fmt: skip
             outcome = await runner.run(tell_end=False)
         except Exception:  # the agent could not be built: the turn still ends, and says why
             logger.exception("the turn could not start", turn_id=turn.turn_id)

@@ -16,6 +16,7 @@ from polling import until
 from required_tools import needs
 from websockets.asyncio.client import connect
 
+from functions.turn import VOICEWIRE_CHUNKING
 from voicewire.client_protocol import decode_audio_frame
 from voicewire.sse import SseDecoder
 from voicewire.turn_client import run_turn
@@ -242,7 +243,7 @@ async def test_bench_ttfa_compares_the_seeds_modes_over_both_routes(runtime, tmp
     assert all(turns[0].status == "complete" and turns[0].audio for turns in rows.values())
     assert {e.kind for e in rows["bidi/sse"][0].events} <= SEED_EVENTS
     assert "sentence" in {e.kind for e in rows["bidi/ws"][0].events}
-    assert runtime.adapters.settings.baseline == "voicewire"  # switched back afterwards
+    assert runtime.adapters.chunking is VOICEWIRE_CHUNKING  # switched back afterwards
     data = ttfa.report(results, describe_machine({"engine": "onnx"}), 1)
     data["front_door"] = "agentcore"
     weight = {row: figures["bytes_per_audio_second"]["median"]

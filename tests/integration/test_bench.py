@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from voicewire.seed_chunker import SeedSentenceChunker
+from functions.turn import VOICEWIRE_CHUNKING
 from voicewire_tools.bench import ttfa
 from voicewire_tools.bench.machine import describe_machine
+from voicewire_tools.seed_pipeline import SeedSentenceChunker
 
 
 def test_the_seed_chunker_is_the_articles_regex():
@@ -39,7 +40,7 @@ async def test_ttfa_runs_the_seeds_modes_and_voicewires_and_reports_them(stack, 
     assert len(sentences("bidi")[0].split()) <= 6 < len(sentences("seed_bidi")[0].split())
     assert len(sentences("seed_batch")) == len(sentences("batch")) == 1
     # The stack is back to voicewire's pipeline afterwards.
-    assert stack.adapters.settings.baseline == "voicewire"
+    assert stack.adapters.chunking is VOICEWIRE_CHUNKING
 
     data = ttfa.report(
         results, describe_machine({"engine": "onnx", "default_voice": "af_heart"}), 1

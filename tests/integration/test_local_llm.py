@@ -24,14 +24,14 @@ from functions.adapters.llm import (
     stream_model,
     stream_text,
 )
-from functions.adapters.local_llm_weights import (
+from functions.settings import DEFAULT_SYSTEM_PROMPT, Settings
+from voicewire.error_codes import ErrorCode
+from voicewire_tools.local_stack.local_llm_weights import (
     SMOLLM2_135M,
     LocalWeightsError,
     packaged_weights_path,
     user_weights_path,
 )
-from functions.settings import DEFAULT_SYSTEM_PROMPT, Settings
-from voicewire.error_codes import ErrorCode
 
 pytestmark = needs_modules("llama_cpp", install="uv sync --extra local-llm")
 
@@ -41,7 +41,7 @@ WAIT_S = 30.0  # for something that should end at once: a generous bound on a lo
 
 @pytest.fixture(scope="module")
 def client():
-    from functions.adapters.local_llm import LocalLlmClient
+    from voicewire_tools.local_stack.local_llm import LocalLlmClient
 
     return LocalLlmClient.load()
 
@@ -124,7 +124,7 @@ def test_max_tokens_is_honoured(client):
 def test_an_answer_stops_where_the_context_is_full():
     """A prompt that leaves room for a few tokens: the answer stops there (``max_tokens``, as at
     ``maxTokens``) instead of failing inside llama.cpp; a prompt with no room is refused."""
-    from functions.adapters.local_llm import LocalLlmClient
+    from voicewire_tools.local_stack.local_llm import LocalLlmClient
 
     small = LocalLlmClient.load(context=128, progress=lambda line: None)
     base = events_of(small, request("Tell me a long story about the sea.", max_tokens=1))
@@ -194,7 +194,7 @@ async def _answer(client, prompt: str) -> str:
 
 
 def test_the_history_reaches_the_model_in_order(client):
-    from functions.adapters.local_llm import chat_messages
+    from voicewire_tools.local_stack.local_llm import chat_messages
 
     history = [
         {"role": "user", "content": [{"text": "My name is Ada."}]},
@@ -267,11 +267,14 @@ def test_a_cache_point_in_the_system_prompt_is_accepted(client):
     assert "Paris" in json.dumps(events_of(client, built))
 
 
-def test_the_settings_name_the_local_model():
-    assert Settings(llm="local").bedrock_model_id == MODEL
-    assert Settings.from_env({"VOICEWIRE_LLM": "local"}).bedrock_model_id == MODEL
-    mine = Settings(llm="local", local_llm_weights="/models/qwen2.5-0.5b-instruct.gguf")
-    assert mine.bedrock_model_id == "qwen2.5-0.5b-instruct"
+def test_the_stack_names_the_local_model_in_its_requests():
+    from voicewire_tools.local_stack.stack import StackOptions, llm_model_id
+
+    assert llm_model_id(StackOptions(llm="local")) == MODEL
+    mine = StackOptions(llm="local", local_llm_weights="/models/qwen2.5-0.5b-instruct.gguf")
+    assert llm_model_id(mine) == "qwen2.5-0.5b-instruct"
+    assert llm_model_id(StackOptions(llm="replay")) == "replay"
+    assert llm_model_id(StackOptions(llm="local", bedrock_model_id="m")) == "m"  # real Bedrock
 
 
 def test_a_local_stack_answers_a_question_it_has_no_recording_of():

@@ -9,7 +9,7 @@ from botocore.awsrequest import AWSResponse
 from eventstream_encoding import RawEventStream, payload_part, stream_exception
 
 from voicewire.speech_link import SpeechServerError, SpeechStreamError
-from voicewire.speech_link.response_stream import HttpResponseStream, SageMakerResponseStream
+from voicewire_tools.response_stream import HttpResponseStream, SageMakerResponseStream
 
 TEXT = "Streaming back, chunk by chunk. Then done."
 

@@ -35,10 +35,10 @@ from eventstream_encoding import RawEventStream, payload_part
 from hypothesis import given
 from hypothesis import strategies as st
 
-from voicewire.speech_link.response_stream import HttpResponseStream, SageMakerResponseStream
 from voicewire.speech_link.sagemaker_transport import SageMakerTransport
 from voicewire.sse import SseDecoder, encode_sse_event
 from voicewire_tools.local_stack.partial_parts import FragmentPolicy, RandomCuts, pieces
+from voicewire_tools.response_stream import HttpResponseStream, SageMakerResponseStream
 
 Frame = str | bytes
 

@@ -51,7 +51,6 @@ def test_a_deployed_environment_becomes_typed_settings():
         ("VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS", "-1", "greater than 0"),
         ("VOICEWIRE_SPEECH_SESSION_REUSE", "maybe", "valid boolean"),
         ("VOICEWIRE_AUDIO_DELIVERY", "base-64", "'binary' or 'base64'"),
-        ("VOICEWIRE_BASELINE", "seeds", "'voicewire' or 'seed'"),
     ],
 )
 def test_a_wrong_variable_is_refused_with_its_name_and_value(name, value, says):

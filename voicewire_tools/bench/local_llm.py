@@ -88,8 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from functions.adapters.local_llm import LocalLlmClient
     from voicewire_tools.commands.local_llm_setup import ensure_local_llm
+    from voicewire_tools.local_stack.local_llm import LocalLlmClient
 
     if args.trials < 1:
         raise ValueError("--trials must be at least 1")

@@ -19,8 +19,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from functions.adapters.local_llm_weights import SMOLLM2_135M
 from stacks.lambda_bundle import uv_command
+from voicewire_tools.local_stack.local_llm_weights import SMOLLM2_135M
 
 ROOT = Path(__file__).resolve().parents[2]
 EXTRA = "local-llm"

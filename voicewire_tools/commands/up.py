@@ -218,8 +218,8 @@ def run(args: argparse.Namespace) -> None:
             "Runtime authenticates its callers itself (SigV4 or OAuth: docs/deploy.md)"
         )
     quiet_lambda_output(args.verbose)
-    from functions.adapters.local_llm_weights import LocalWeightsError
     from voicewire_tools.commands.local_llm_setup import LocalLlmSetupError
+    from voicewire_tools.local_stack.local_llm_weights import LocalWeightsError
     from voicewire_tools.local_stack.stack import LocalStack
 
     with stop_on_signals("voicewire up"):

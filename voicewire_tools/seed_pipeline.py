@@ -1,4 +1,8 @@
-"""The seed article's sentence chunker, kept as the benchmarks' baseline (``voicewire bench``).
+"""The seed article's pipeline, kept as the benchmarks' baseline (``voicewire bench ttfa``): its
+sentence chunker, and no early cut of the first chunk (``SEED_CHUNKING``, which the local stack
+hands to its turns for the seed's modes: ``LocalStack.use_baseline``).
+
+The chunker:
 
 It splits on whitespace after ``.``, ``!`` or ``?`` (``(?<=[.!?])\\s+``), returns the sentences a
 fragment completed and holds back the tail; ``finish`` returns the tail. No abbreviations, no
@@ -9,6 +13,8 @@ used by the product; the pipeline runs it only when a benchmark asks for the see
 from __future__ import annotations
 
 import re
+
+from functions.turn import Chunking
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -27,3 +33,6 @@ class SeedSentenceChunker:
     def finish(self) -> list[str]:
         rest, self._buffer = self._buffer.strip(), ""
         return [rest] if rest else []
+
+
+SEED_CHUNKING = Chunking(chunker_factory=SeedSentenceChunker, fast_start=False)
