@@ -12,7 +12,8 @@ import asyncio
 import time
 from typing import Any
 
-from functions.adapters.relay import ConnectionGone, Relay, RelayError
+from functions.adapters.frame_sink import ApiGatewaySink, ClientGone, RelayError
+from functions.adapters.relay import Relay
 from functions.conversation import turn_frames
 from functions.observability import logger
 from functions.turn_metrics import publish_turn_metrics
@@ -28,15 +29,15 @@ async def end_unspoken(
     """End a turn that will not be spoken: record it ``failed``, tell the client (``turn_start``
     first if nobody did yet), publish the metric. Raises if the record cannot be written, so
     that Lambda's retry ends the turn later."""
-    store = adapters.store
+    turns = adapters.turns
     record_error: Exception | None = None
     try:
-        failed = await asyncio.to_thread(store.fail_turn, job.connection_id, job.turn_id, code)
+        failed = await asyncio.to_thread(turns.fail, job.connection_id, job.turn_id, code)
     except Exception as error:
         record_error, failed = error, True
     if not failed:  # it ended meanwhile (a cancel): whoever ended it told the client
         logger.info("turn already ended", error_code=str(code))
-        return await asyncio.to_thread(store.turn_status, job.connection_id, job.turn_id) or ""
+        return await asyncio.to_thread(turns.status, job.connection_id, job.turn_id) or ""
     status = "failed"
     error = ClientError(code=code, message=message, turn_id=job.turn_id)
     frames = turn_frames.unspoken(job, status, elapsed(job), error, announce=announce)
@@ -55,7 +56,7 @@ async def end_told_late(
     retry drops the job), then post its ``turn_end``: the client may be gone or have moved on to
     a newer turn, and a client ignores a turn_end for a turn it already saw end."""
     final = await asyncio.to_thread(
-        adapters.store.finish_turn, job.connection_id, job.turn_id,
+        adapters.turns.finish, job.connection_id, job.turn_id,
         status or "cancelled", elapsed(job), {}, None, claimant,
     )  # fmt: skip  # type: ignore[arg-type]
     await tell(relay_for(job, adapters), [turn_frames.turn_end(job, final, elapsed(job))])
@@ -74,8 +75,9 @@ async def end_cancelled_before_start(job: WorkerJob, adapters: Adapters, status:
 
 def relay_for(job: WorkerJob, adapters: Adapters) -> Relay:
     """The relay that posts this job's frames to its connection, as the client asked."""
+    sink = ApiGatewaySink(adapters.management_client(job.callback_url), job.connection_id)
     return Relay(
-        adapters.management_client(job.callback_url), job.connection_id, job.turn, job.audio,
+        sink, job.turn, job.audio,
         text_flush="sentence" if job.text_deltas == "sentence" else "interval",
     )  # fmt: skip
 
@@ -85,7 +87,7 @@ async def tell(relay: Relay, frames: list[Any]) -> None:
     try:
         for frame in frames:
             await relay.control(frame)
-    except (ConnectionGone, RelayError) as error:
+    except (ClientGone, RelayError) as error:
         logger.info("could not tell the client", reason=repr(error))
     finally:
         await relay.close()

@@ -13,7 +13,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from functions.adapters.session_store import SessionStore
+from functions.adapters.turn_ledger import TurnLedger
 from functions.observability import logger
 from functions.worker_job import WorkerJob
 from functions.worker_policy import WORKER_POLICY, WorkerPolicy
@@ -43,7 +43,7 @@ class TurnStop:
 
 
 async def watch_turn(
-    store: SessionStore,
+    turns: TurnLedger,
     job: WorkerJob,
     claimant: str,
     stop: TurnStop,
@@ -61,13 +61,13 @@ async def watch_turn(
         try:
             if time.monotonic() >= renew_at:
                 held = await asyncio.to_thread(
-                    store.renew_claim, job.connection_id, job.turn_id, claimant,
+                    turns.renew_claim, job.connection_id, job.turn_id, claimant,
                     policy.lease_seconds,
                 )  # fmt: skip
                 renew_at = time.monotonic() + policy.heartbeat_seconds
                 status = "running" if held else "not-held"
             else:
-                status = await asyncio.to_thread(store.turn_status, job.connection_id, job.turn_id)
+                status = await asyncio.to_thread(turns.status, job.connection_id, job.turn_id)
         except Exception as error:
             now = time.monotonic()
             failing_since = failing_since or now

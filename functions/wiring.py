@@ -12,10 +12,14 @@ from typing import Any
 
 import boto3
 
+from functions.adapters.connect_tickets import ConnectTickets
+from functions.adapters.connections import Connections
+from functions.adapters.conversation_table import TableConversation
+from functions.adapters.frame_sink import management_client
 from functions.adapters.llm import ConverseStreamClient, bedrock_client
-from functions.adapters.relay import management_client
-from functions.adapters.session_store import SessionStore, dynamodb_client
 from functions.adapters.speech_sessions import KeptSpeechSession, SessionPolicy
+from functions.adapters.table_items import TableItems, dynamodb_client
+from functions.adapters.turn_ledger import TurnLedger
 from functions.settings import Settings, SettingsError
 from functions.tools import ToolRegistry, sample_tools
 from functions.tools.search_docs import DEFAULT_DOCS
@@ -41,9 +45,27 @@ class Adapters:
     _management_clients: dict[str, Any] = field(default_factory=dict)
     _tools: tuple[Settings, ToolRegistry] | None = None
 
+    # The session table, one object per job over one ``TableItems`` (built once, with the
+    # settings' table name when first used): what a handler needs names what it does.
     @cached_property
-    def store(self) -> SessionStore:
-        return SessionStore(self.dynamodb, self.settings.table_name)
+    def session_items(self) -> TableItems:
+        return TableItems(self.dynamodb, self.settings.table_name)
+
+    @cached_property
+    def tickets(self) -> ConnectTickets:
+        return ConnectTickets(self.session_items)
+
+    @cached_property
+    def connections(self) -> Connections:
+        return Connections(self.session_items)
+
+    @cached_property
+    def turns(self) -> TurnLedger:
+        return TurnLedger(self.session_items)
+
+    def conversation(self, connection_id: str) -> TableConversation:
+        """The connection's conversation, for the rules (``functions.conversation.rules``)."""
+        return TableConversation(self.connections, self.turns, connection_id)
 
     @property
     def tools(self) -> ToolRegistry:

@@ -23,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Any
 
+from functions.adapters.connections import ConnectionRecord, Connections
+from functions.adapters.conversation_table import TableConversation
 from functions.adapters.relay import Relay
-from functions.adapters.session_store import ClaimVerdict, SessionStore, TableConversation
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
+from functions.adapters.turn_ledger import ClaimVerdict, TurnLedger
 from functions.agent_events import AgentTurn
 from functions.conversation import rules
 from functions.conversation.heard import Heard, heard_of
@@ -54,11 +55,10 @@ async def run_job(
 ) -> str:
     """Claim the turn, then run it, or end it unspoken, or drop a job that is not this
     worker's to run. Returns the turn's final status, or ``dropped``."""
-    store = adapters.store
     head = HeadStart.begin(job, adapters)
     try:
         claim = await asyncio.to_thread(
-            store.claim_turn, job.connection_id, job.turn_id, invocation.request_id,
+            adapters.turns.claim, job.connection_id, job.turn_id, invocation.request_id,
             policy.lease_seconds,
         )  # fmt: skip
     except Exception:  # Lambda retries the job; nothing of it was used
@@ -120,14 +120,13 @@ class HeadStart:
     an ask, the conversation history. A job that is not run gives the unused session back."""
 
     acquiring: asyncio.Task[ReadySession]
-    reading: asyncio.Task[Any] | None  # the connection record, for its history
+    reading: asyncio.Task[ConnectionRecord | None] | None  # the connection, for its history
 
     @classmethod
     def begin(cls, job: WorkerJob, adapters: Adapters) -> HeadStart:
-        store = adapters.store
         reading = None
         if job.mode != "speak":
-            reading = asyncio.create_task(_history_after(job, store))
+            reading = asyncio.create_task(_history_after(job, adapters.turns, adapters.connections))
         return cls(asyncio.create_task(adapters.speech_sessions.acquire()), reading)
 
     async def discard(self, sessions: KeptSpeechSession) -> None:
@@ -147,23 +146,25 @@ REPLACED_HISTORY_WAIT_SECONDS = 1.5
 REPLACED_HISTORY_POLL_SECONDS = 0.05
 
 
-async def _history_after(job: WorkerJob, store: SessionStore) -> Any:
+async def _history_after(
+    job: WorkerJob, turns: TurnLedger, connections: Connections
+) -> ConnectionRecord | None:
     """The connection record, read once the turn this one replaced has kept its history (its
     worker keeps it before it records the turn's end): the answer to a barge-in must know
     what the listener heard of the answer it cut. Bounded: a worker that died keeps nothing."""
     if job.replaces is not None:
         deadline = time.monotonic() + REPLACED_HISTORY_WAIT_SECONDS
         while time.monotonic() < deadline:
-            turn = await asyncio.to_thread(store.get_turn, job.connection_id, job.replaces)
+            turn = await asyncio.to_thread(turns.get, job.connection_id, job.replaces)
             if (
                 turn is None
-                or "ended_at" in turn
-                or turn.get("mode") == "speak"  # a speak turn keeps no history
-                or "claimed_by" not in turn  # no worker took it: none will keep anything
+                or turn.end_recorded
+                or turn.mode == "speak"  # a speak turn keeps no history
+                or turn.claimed_by is None  # no worker took it: none will keep anything
             ):
                 break
             await asyncio.sleep(REPLACED_HISTORY_POLL_SECONDS)
-    return await asyncio.to_thread(store.get_connection, job.connection_id)
+    return await asyncio.to_thread(connections.get, job.connection_id)
 
 
 async def run_claimed(
@@ -176,11 +177,10 @@ async def run_claimed(
     """Run a claimed turn under its guards, then record and keep how it ended, then tell."""
     acquiring = head.acquiring
     speech = asyncio.create_task(session_of(acquiring), name="speech-session-ready")
-    store = adapters.store
     relay = relay_for(job, adapters)
     stop = TurnStop(asyncio.Event())
     guards = [
-        asyncio.create_task(watch_turn(store, job, invocation.request_id, stop, policy)),
+        asyncio.create_task(watch_turn(adapters.turns, job, invocation.request_id, stop, policy)),
         asyncio.create_task(stop_at_deadline(invocation, stop, policy)),
     ]
     outcome: TurnOutcome | None = None
@@ -206,9 +206,9 @@ async def run_claimed(
         ready = await hand_back(adapters.speech_sessions, acquiring, speech, outcome, runner)
     # The history before the turn's end is recorded (a barge-in's turn waits for that end to
     # read it) and before the turn_end (a client may ask again the moment it hears the end).
-    conversation = TableConversation(store, job.connection_id)
-    heard = await _leave_behind(job, conversation, outcome)
-    final = await _record_end(job, store, invocation, outcome, relay)
+    conversation = adapters.conversation(job.connection_id)
+    heard = await _leave_behind(job, adapters.connections, conversation, outcome)
+    final = await _record_end(job, adapters.turns, invocation, outcome, relay)
     if final != outcome.status:  # cancelled while it ended: the record has the last word
         outcome.status = final  # type: ignore[assignment]
         if heard is None and final == "cancelled" and job.mode != "speak":
@@ -254,7 +254,7 @@ def _relay_counts(relay: Relay) -> dict[str, int]:
 
 
 async def _record_end(
-    job: WorkerJob, store: SessionStore, invocation: Invocation, outcome: TurnOutcome,
+    job: WorkerJob, turns: TurnLedger, invocation: Invocation, outcome: TurnOutcome,
     relay: Relay,
 ) -> str:  # fmt: skip
     """Record how the turn ended; returns the record's final status.
@@ -264,7 +264,7 @@ async def _record_end(
     error_code = outcome.error.code.value if outcome.error is not None else None
     try:
         return await asyncio.to_thread(
-            store.finish_turn, job.connection_id, job.turn_id, outcome.status, outcome.timings,
+            turns.finish, job.connection_id, job.turn_id, outcome.status, outcome.timings,
             _relay_counts(relay), outcome.stop_reason, invocation.request_id, error_code,
         )  # fmt: skip
     except Exception:
@@ -283,8 +283,9 @@ async def _heard(job: WorkerJob, conversation: TableConversation, outcome: TurnO
 
 
 async def _leave_behind(
-    job: WorkerJob, conversation: TableConversation, outcome: TurnOutcome
-) -> Heard | None:
+    job: WorkerJob, connections: Connections, conversation: TableConversation,
+    outcome: TurnOutcome,
+) -> Heard | None:  # fmt: skip
     """What a turn leaves for later: a connection known gone, the exchange in the history
     (``rules.keep_exchange``: a complete answer with its tool calls and its words, a cut one as
     heard, a failed one only if it called tools). Returns what was heard of a turn cut short
@@ -292,7 +293,7 @@ async def _leave_behind(
     heard: Heard | None = None
     try:
         if outcome.gone:
-            await asyncio.to_thread(conversation.store.mark_gone, job.connection_id)
+            await asyncio.to_thread(connections.mark_gone, job.connection_id)
         if job.mode == "speak":
             return None
         if outcome.status == "cancelled":

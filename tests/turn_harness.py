@@ -23,11 +23,13 @@ from botocore.exceptions import ClientError
 from connections_server import ConnectionsServer
 from loopback_http import LoopbackServer
 
+from functions.adapters.frame_sink import ApiGatewaySink, management_client
 from functions.adapters.llm import converse_request
-from functions.adapters.relay import Relay, management_client
+from functions.adapters.relay import Relay
 from functions.adapters.replay_llm import ReplayBedrockClient
-from functions.adapters.session_store import dynamodb_client
 from functions.adapters.session_table import create_table
+from functions.adapters.table_items import dynamodb_client
+from functions.adapters.turn_ledger import TurnRecord
 from functions.agent_loop import BedrockAgent
 from functions.handlers.connect import connect
 from functions.handlers.messages import handle_message
@@ -114,7 +116,8 @@ async def run_turn(
             watch(data)
 
     connection.on_post = on_post
-    relay = Relay(connection, "conn-1", turn=3, delivery=delivery, text_flush=text_flush)
+    sink = ApiGatewaySink(connection, "conn-1")
+    relay = Relay(sink, turn=3, delivery=delivery, text_flush=text_flush)
     replay = ReplayBedrockClient(pace=pace)
     llm = llm or replay
 
@@ -370,11 +373,13 @@ class WorkerWorld:
             for r in self.connections.delivered()
         ]
 
-    def turn(self, turn_id: str) -> dict:
-        return self.adapters.store.get_turn(CONNECTION_ID, turn_id)
+    def turn(self, turn_id: str) -> TurnRecord:
+        record = self.adapters.turns.get(CONNECTION_ID, turn_id)
+        assert record is not None, f"no record of turn {turn_id!r}"
+        return record
 
     def connection(self):
-        return self.adapters.store.get_connection(CONNECTION_ID)
+        return self.adapters.connections.get(CONNECTION_ID)
 
     def close(self) -> None:
         from functions.environment_loop import run_in_environment

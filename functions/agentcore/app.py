@@ -21,7 +21,8 @@ The turn is the Lambda worker's (``functions.turn_assembly``: the same agent, ch
 session and relay). Every turn runs on one loop of its own (``functions.environment_loop``),
 whichever route it came from: the SDK runs async generators on its worker loop and WebSockets on
 uvicorn's, and a speech session kept warm for the next turn belongs to the loop that opened it.
-Nothing on the turn's path blocks that loop: boto3 calls and posts run in threads.
+Nothing on the turn's path blocks that loop: boto3 calls run in threads, and a ``/ws`` frame is
+handed to the socket's loop and awaited (``functions.agentcore.transports.WebSocketSink``).
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from functions.adapters.frame_sink import FrameSink
 from functions.adapters.relay import Relay
 from functions.agentcore.conversation import ActiveTurn, Conversation, Conversations
-from functions.agentcore.transports import SeedEvents, WebSocketSender
+from functions.agentcore.transports import SeedEvents, WebSocketSink
 from functions.environment_loop import environment_loop
 from functions.observability import logger
 from functions.wiring import Adapters, current_adapters
@@ -111,7 +113,7 @@ def build_app(adapters: Callable[[], Adapters] = current_adapters) -> BedrockAge
             return
         await socket.accept()
         conversation = conversations.of(context.session_id)
-        sender = WebSocketSender(socket, asyncio.get_running_loop())
+        sink = WebSocketSink(socket, asyncio.get_running_loop())
         logger.info("connected", session_id=conversation.session_id, audio=delivery)
         try:
             while True:
@@ -120,30 +122,30 @@ def build_app(adapters: Callable[[], Adapters] = current_adapters) -> BedrockAge
                     break
                 body = message.get("text")
                 if body is None:
-                    await sender.send(dump_control(ErrorFrame(
+                    await sink.send(dump_control(ErrorFrame(
                         code=ErrorCode.INVALID_JSON,
                         message="send actions as JSON text frames, not binary ones",
-                    )))  # fmt: skip
+                    )).decode())  # fmt: skip
                     continue
-                await on_turn_loop(_handle(conversation, body, sender, delivery, app))
+                await on_turn_loop(_handle(conversation, body, sink, delivery, app))
         except WebSocketDisconnect:
             pass
         finally:
-            sender.closed = True
-            await on_turn_loop(conversation.leave(sender))
+            sink.closed = True
+            await on_turn_loop(conversation.leave(sink))
             logger.info("disconnected", session_id=conversation.session_id)
 
     return app
 
 
 async def _handle(
-    conversation: Conversation, body: str, sender: WebSocketSender, delivery: str,
+    conversation: Conversation, body: str, sink: WebSocketSink, delivery: str,
     app: BedrockAgentCoreApp,
 ) -> None:  # fmt: skip
     """One client message of ``/ws``, on the turns' loop."""
 
     async def tell(frame: BaseModel) -> None:
-        await sender.send(dump_control(frame))
+        await sink.send(dump_control(frame).decode())  # JSON: a text frame
 
     settings = conversation.adapters.settings
     try:
@@ -154,8 +156,8 @@ async def _handle(
     match action:
         case AskAction() | SpeakAction():
             text_flush = "sentence" if getattr(action, "text_deltas", "") == "sentence" else None
-            relay_for = partial(_relay, sender, conversation.session_id, delivery, text_flush)
-            turn = await conversation.start(action, relay_for, tell, client=sender)
+            relay_for = partial(_relay, sink, delivery, text_flush)
+            turn = await conversation.start(action, relay_for, tell, client=sink)
             if turn is not None and turn.task is not None:
                 busy = app.add_async_task("voice turn")
                 turn.task.add_done_callback(lambda _: app.complete_async_task(busy))
@@ -167,8 +169,8 @@ async def _handle(
             await tell(conversation.remembered())
 
 
-def _relay(client: Any, session_id: str, delivery: str, text_flush: str | None, turn: int) -> Relay:
-    return Relay(client, session_id, turn, delivery,  # type: ignore[arg-type]
+def _relay(sink: FrameSink, delivery: str, text_flush: str | None, turn: int) -> Relay:
+    return Relay(sink, turn, delivery,  # type: ignore[arg-type]
                  text_flush=text_flush or "interval")  # fmt: skip
 
 
@@ -223,7 +225,7 @@ async def _start_invocation(
         await tell(ErrorFrame(code=error.code, message=error.message))
         return None
     assert isinstance(action, AskAction | SpeakAction)  # _as_action names one of the two
-    relay_for = partial(_relay, events, conversation.session_id, "base64", None)
+    relay_for = partial(_relay, events, "base64", None)
     return await conversation.start(action, relay_for, tell, client=events)
 
 

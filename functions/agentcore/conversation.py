@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.adapters.relay import ConnectionGone, Relay, RelayError
+from functions.adapters.frame_sink import ClientGone, RelayError
+from functions.adapters.relay import Relay
 from functions.conversation import rules, turn_frames
 from functions.conversation.heard import heard_of, remembered
 from functions.conversation.history import SpokenExchange
@@ -225,7 +226,7 @@ async def tell_unstarted(relay: Relay, spec: TurnSpec, outcome: TurnOutcome) -> 
     try:
         for frame in frames:
             await relay.control(frame)
-    except (ConnectionGone, RelayError) as error:
+    except (ClientGone, RelayError) as error:
         logger.info("could not tell the client", reason=repr(error))
 
 

@@ -1,26 +1,22 @@
 """Where a turn's frames go on AgentCore Runtime: a ``/ws`` WebSocket, or an ``/invocations``
 response as the seed's server-sent events.
 
-The turn posts its frames through ``functions.adapters.relay.Relay`` on both front doors: the
+The turn sends its frames through ``functions.adapters.relay.Relay`` on both front doors: the
 same lanes (ordered frames, coalesced text), the same audio split, the same counters. On API
-Gateway the relay's client is boto3's ``@connections`` client; here it is one of the two classes
-below, each with the one method the relay calls, ``post_to_connection(ConnectionId, Data)``,
-called from the relay's threads. A client that is gone raises what API Gateway answers then
-(``GoneException``), so the turn ends as it does there.
+Gateway the relay's sink is ``functions.adapters.frame_sink.ApiGatewaySink``; here it is one of
+the two ``FrameSink`` classes below. A client that is gone raises ``ClientGone``, so the turn
+ends as it does there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from concurrent.futures import Future
 from typing import Any
 
-from botocore.exceptions import ClientError
 from starlette.websockets import WebSocket
 
-from voicewire.client_protocol import AUDIO_FRAME_MARKER
+from functions.adapters.frame_sink import ClientGone
 from voicewire.speech_protocol import SAMPLE_RATE
 
 # A frame the client's side of the socket has not taken within this long is a client that is
@@ -28,53 +24,60 @@ from voicewire.speech_protocol import SAMPLE_RATE
 SEND_TIMEOUT_SECONDS = 10.0
 
 
-def gone() -> ClientError:
-    """What ``@connections`` answers for a client that left (the relay reads its code)."""
-    return ClientError(
-        {"Error": {"Code": "GoneException", "Message": "the client is gone"},
-         "ResponseMetadata": {"HTTPStatusCode": 410}},
-        "PostToConnection",
-    )  # fmt: skip
+class WebSocketSink:
+    """Frames to one ``/ws`` client: ``bytes`` (headed audio) as binary WebSocket frames,
+    ``str`` (JSON) as text frames.
 
+    The socket belongs to the loop that serves it (uvicorn's), and its sends must run there;
+    the turn runs on the turns' loop (``functions.environment_loop``). A send from the socket's
+    loop awaits the socket directly; one from another loop hands the send to the socket's loop
+    and awaits its result, without holding a thread. Sends go one at a time, in the order they
+    were made: a lock of the socket's loop, taken first come, first served.
 
-class WebSocketSender:
-    """Frames to one ``/ws`` client: binary audio frames (their first byte is the audio marker,
-    never the start of JSON) as binary WebSocket frames, the rest as text.
-
-    The socket belongs to the loop that serves it (uvicorn's); the turn runs on the app's worker
-    loop, and the relay posts from threads: each frame is handed to the socket's loop and
-    waited for, so frames leave in the order they were posted."""
+    A socket that is closed, reset, or does not take a frame within ``SEND_TIMEOUT_SECONDS`` is
+    a client that left: ``ClientGone``, then and for every later frame."""
 
     def __init__(self, websocket: WebSocket, loop: asyncio.AbstractEventLoop) -> None:
         self._websocket = websocket
-        self._loop = loop
-        self._lock = threading.Lock()  # one frame on the socket at a time, in order
-        self.closed = False
+        self._loop = loop  # the socket's
+        self._lock = asyncio.Lock()  # used on the socket's loop only
+        self.closed = False  # set by the route when the client disconnects
 
-    def post_to_connection(self, ConnectionId: str, Data: bytes) -> None:  # boto3's names
-        with self._lock:
-            if self.closed:
-                raise gone()
-            future = asyncio.run_coroutine_threadsafe(self._send(Data), self._loop)
-            self._wait(future)
-
-    async def send(self, data: bytes) -> None:
-        """A frame from a coroutine of any loop (an error, the voice list, the history)."""
-        await asyncio.to_thread(self.post_to_connection, ConnectionId="", Data=data)
-
-    async def _send(self, data: bytes) -> None:
-        if data[:1] == bytes([AUDIO_FRAME_MARKER]):
-            await self._websocket.send_bytes(data)
-        else:
-            await self._websocket.send_text(data.decode("utf-8"))
-
-    def _wait(self, future: Future[None]) -> None:
+    async def send(self, frame: bytes | str) -> None:
+        if self.closed:
+            raise ClientGone("the /ws client")
+        if _running_loop() is self._loop:
+            await self._send(frame)
+            return
+        sending = self._send(frame)
         try:
-            future.result(timeout=SEND_TIMEOUT_SECONDS)
-        except Exception as error:  # closed, reset, timed out: the client is gone
-            future.cancel()
+            future = asyncio.run_coroutine_threadsafe(sending, self._loop)
+        except RuntimeError as error:  # the socket's loop is closed: so is the socket
+            sending.close()
             self.closed = True
-            raise gone() from error
+            raise ClientGone("the /ws client") from error
+        await asyncio.wrap_future(future)
+
+    async def _send(self, frame: bytes | str) -> None:
+        async with self._lock:  # one frame on the socket at a time, in order
+            if self.closed:
+                raise ClientGone("the /ws client")
+            try:
+                async with asyncio.timeout(SEND_TIMEOUT_SECONDS):
+                    if isinstance(frame, bytes):
+                        await self._websocket.send_bytes(frame)
+                    else:
+                        await self._websocket.send_text(frame)
+            except Exception as error:  # closed, reset, timed out: the client is gone
+                self.closed = True
+                raise ClientGone("the /ws client") from error
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class SeedEvents:
@@ -96,14 +99,20 @@ class SeedEvents:
         self._audio_started = False
         self.closed = False
 
-    def post_to_connection(self, ConnectionId: str, Data: bytes) -> None:  # boto3's names
+    async def send(self, frame: bytes | str) -> None:
+        """A ``FrameSink``'s send: the frame's events, queued (its JSON; audio comes base64)."""
         if self.closed:
-            raise gone()
-        for event in self.translate(json.loads(Data)):
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
+            raise ClientGone("the /invocations caller")
+        events = self.translate(json.loads(frame))
+        if _running_loop() is self._loop:  # the turn's loop, the queue's: no hop
+            for event in events:
+                self._queue.put_nowait(event)
+        else:
+            for event in events:
+                self._loop.call_soon_threadsafe(self._queue.put_nowait, event)
 
     def close(self) -> None:
-        """The caller left (any thread): later posts fail as ``GoneException``, and ``next()``
+        """The caller left (any thread): later frames fail as ``ClientGone``, and ``next()``
         ends."""
         if not self.closed:
             self.closed = True

@@ -4,7 +4,7 @@ functions and the AgentCore Runtime app):
     rules         starting a turn (rate limit, barge-in), cancelling one, keeping an exchange,
                   cutting it to what was heard
     state         the state those rules read and write: ``ConversationState``, kept in DynamoDB
-                  (``functions.adapters.session_store.TableConversation``) or in memory
+                  (``functions.adapters.conversation_table.TableConversation``) or in memory
                   (``MemoryConversation``)
     history       what the history keeps and how an exchange enters it (bounded, closed)
     heard         what the listener heard of a cut answer, and the history that keeps only that

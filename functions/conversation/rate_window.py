@@ -2,7 +2,7 @@
 
 A fixed window (the clock minute a turn starts in), not a sliding one: DynamoDB can keep it with
 two conditional writes and no read, so concurrent messages cannot both take the last place
-(``functions.adapters.session_store``'s ``admit_turn`` writes exactly this rule); the AgentCore
+(``functions.adapters.turn_ledger``'s ``TurnLedger.admit`` writes exactly this rule); the AgentCore
 app keeps it in memory with ``admitted``. A burst across a minute's edge may start up to twice
 ``limit``: a limit against runaway clients, not a billing meter.
 """

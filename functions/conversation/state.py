@@ -1,7 +1,7 @@
 """Where a conversation's state lives, behind one small interface the rules use.
 
 A conversation is a connection to the WebSocket API (its state in DynamoDB, shared by the
-message route and the worker: ``functions.adapters.session_store``) or an AgentCore Runtime
+message route and the worker: ``functions.adapters.conversation_table``) or an AgentCore Runtime
 session (its state in the microVM's memory: ``MemoryConversation`` here). The rules
 (``functions.conversation.rules``) read and change it only through ``ConversationState``, and
 ``tests/unit/test_conversation_state.py`` runs the same contract against both implementations.

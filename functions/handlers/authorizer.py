@@ -41,7 +41,7 @@ def authorize(raw: dict[str, Any], adapters: Adapters, now: float | None = None)
     except InvalidToken as error:
         logger.info("connection denied", reason=str(error))
         return policy("anonymous", "Deny", event.method_arn)
-    if not adapters.store.use_ticket(ticket.ticket_id, ticket.expires_at):
+    if not adapters.tickets.use(ticket.ticket_id, ticket.expires_at):
         logger.info("connection denied", reason="ticket already used", principal=ticket.principal)
         return policy("anonymous", "Deny", event.method_arn)
     return policy(ticket.principal, "Allow", event.method_arn)

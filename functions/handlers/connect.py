@@ -26,7 +26,7 @@ def connect(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
         return {"statusCode": 400, "body": "audio must be 'binary' or 'base64'"}
     authorizer = context.authorizer or {}
     principal = str(authorizer.get("principal") or authorizer.get("principalId") or "anonymous")
-    adapters.store.put_connection(
+    adapters.connections.put(
         context.connection_id, principal, audio, now=context.request_time_epoch.timestamp()
     )
     logger.info("connected", connection_id=context.connection_id, principal=principal, audio=audio)

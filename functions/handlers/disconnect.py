@@ -14,9 +14,9 @@ from functions.wiring import Adapters, current_adapters
 def disconnect(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
     event = DisconnectEvent.model_validate(raw)
     connection_id = event.request_context.connection_id
-    active = adapters.store.mark_gone(connection_id)
+    active = adapters.connections.mark_gone(connection_id)
     if active is not None:
-        adapters.store.cancel_turn(connection_id, active)  # the worker sees it and stops
+        adapters.turns.cancel(connection_id, active)  # the worker sees it and stops
     logger.info("disconnected", connection_id=connection_id, cancelled_turn=active)
     return {"statusCode": 200}
 

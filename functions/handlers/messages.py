@@ -20,7 +20,6 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
-from functions.adapters.session_store import TableConversation
 from functions.conversation import rules, turn_frames
 from functions.conversation.heard import remembered
 from functions.conversation.state import ConversationClosed, DuplicateTurn
@@ -101,14 +100,14 @@ def handle_message(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
             voices = adapters.settings.voices or frozenset(OFFICIAL_VOICES)
             tell(adapters, url, connection_id, [VoiceList.of(voices)])
         case HistoryAction():
-            connection = adapters.store.get_connection(connection_id)
+            connection = adapters.connections.get(connection_id)
             history = connection.history if connection else []
             tell(adapters, url, connection_id, [HistoryFrame(messages=remembered(history))])
     return OK
 
 
 def cancel(adapters: Adapters, url: str, connection_id: str, action: CancelAction) -> None:
-    conversation = TableConversation(adapters.store, connection_id)
+    conversation = adapters.conversation(connection_id)
     outcome = rules.cancel(conversation, action.turn_id, action.heard_ms)
     match outcome.verdict:
         case rules.CancelVerdict.CUT:
@@ -131,7 +130,7 @@ def refuse_over_limit(
 ) -> None:  # fmt: skip
     """The connection started its limit of turns this minute (or is gone): nothing is recorded
     or started, and an active turn goes on."""
-    connection = adapters.store.get_connection(connection_id)
+    connection = adapters.connections.get(connection_id)
     if connection is None or connection.status != "open":
         logger.info("turn refused: connection not open", turn_id=turn_id)
         return
@@ -153,7 +152,7 @@ def start_turn(
 ) -> None:
     turn_id = action.turn_id or f"t-{uuid.uuid4().hex[:12]}"
     mode = action.mode if isinstance(action, AskAction) else "speak"
-    conversation = TableConversation(adapters.store, connection_id)
+    conversation = adapters.conversation(connection_id)
     try:
         admission = rules.start_turn(
             conversation, turn_id, mode, action.heard_ms,
@@ -217,7 +216,7 @@ def start_turn(
         # Throttled, the function missing, the network: no worker will run this turn, so it
         # must not stay active; the client hears why, and the connection stays usable.
         logger.exception("the worker could not be invoked", turn_id=turn_id)
-        adapters.store.fail_turn(connection_id, turn_id, ErrorCode.WORKER_UNAVAILABLE)
+        adapters.turns.fail(connection_id, turn_id, ErrorCode.WORKER_UNAVAILABLE)
         code = (
             error.response.get("Error", {}).get("Code", "")
             if isinstance(error, ClientError)

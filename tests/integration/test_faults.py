@@ -31,7 +31,7 @@ from turn_harness import LOCAL_AWS, WorkerWorld, apigw_event, worker_world
 
 from functions.adapters.llm import bedrock_client
 from functions.adapters.replay_llm import ReplayBedrockClient
-from functions.adapters.session_store import SESSION_SECONDS
+from functions.adapters.session_table import SESSION_SECONDS
 from functions.handlers.disconnect import disconnect
 
 # Six sentences: the server cuts them into several chunks, so there is audio still to come
@@ -130,8 +130,8 @@ def assert_failed_with(world: WorkerWorld, turn_id: str, code: str) -> tuple[dic
     audio = audio_of(frames)
     assert end["audio_frames"] == len(audio) and end["audio_bytes"] == sum(map(len, audio))
     turn = world.turn(turn_id)
-    assert (turn["status"], turn["error_code"]) == ("failed", code)
-    assert turn.get("audio_bytes", 0) == end["audio_bytes"]  # a turn ended unspoken has none
+    assert (turn.status, turn.error_code) == ("failed", code)
+    assert turn.audio_bytes == end["audio_bytes"]  # a turn ended unspoken has none
     connection = world.connection()
     assert (connection.status, connection.active_turn_id) == ("open", None)
     return error, end, frames
@@ -184,7 +184,7 @@ def test_a_speech_server_lost_mid_turn_fails_the_turn_and_the_next_turn_works(ma
         assert world.run_worker(again, "request-2") == {"status": "complete"}
         frames = world.received()
         assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "complete"
-        assert frames[-1]["audio_bytes"] > 0 and world.turn("again")["status"] == "complete"
+        assert frames[-1]["audio_bytes"] > 0 and world.turn("again").status == "complete"
     finally:
         speech.stop()
 
@@ -358,7 +358,7 @@ def test_a_client_that_leaves_mid_turn_is_posted_nothing_more_and_the_turn_is_re
     assert kinds(received)[0] == "turn_start" and kinds(received).count("audio") == 2
     assert "turn_end" not in kinds(received)  # nobody is there to get it
     turn = world.turn("left")
-    assert turn["status"] == "cancelled" and turn["audio_frames"] == 2
+    assert turn.status == "cancelled" and turn.audio_frames == 2
     connection = world.connection()
     assert (connection.status, connection.active_turn_id) == ("gone", None)
     assert took < ReplayBedrockClient().default.events[-1][0]  # the LLM was not waited for
@@ -389,11 +389,11 @@ def test_a_killed_workers_turn_is_ended_by_lambdas_retry(make_world, tone_speech
     job = world.message("speak", text=LONG_TEXT, turn_id="killed")
     start_and_kill_a_worker(world, job, "invocation-1")
     turn = world.turn("killed")
-    assert (turn["status"], turn["claimed_by"]) == ("running", "invocation-1")
+    assert (turn.status, turn.claimed_by) == ("running", "invocation-1")
     assert world.connection().active_turn_id == "killed"
     # The last resort, were no retry to come: DynamoDB's TTL removes the record with the
     # connection's (API Gateway closes a connection after 2 hours).
-    assert time.time() < turn["expires_at"] <= time.time() + SESSION_SECONDS
+    assert time.time() < turn.expires_at <= time.time() + SESSION_SECONDS
     before = len(world.received())
 
     assert world.run_worker(job, "invocation-1") == {"status": "failed"}  # Lambda's retry
@@ -401,7 +401,7 @@ def test_a_killed_workers_turn_is_ended_by_lambdas_retry(make_world, tone_speech
     assert kinds(told) == ["error", "turn_end"]  # no second turn_start, nothing spoken again
     assert told[0]["code"] == "internal_error" and told[1]["status"] == "failed"
     turn = world.turn("killed")
-    assert (turn["status"], turn["error_code"]) == ("failed", "internal_error")
+    assert (turn.status, turn.error_code) == ("failed", "internal_error")
     assert world.connection().active_turn_id is None
     again = world.message("speak", text="Still here.", turn_id="again")
     assert world.run_worker(again, "invocation-2") == {"status": "complete"}
@@ -419,7 +419,7 @@ def test_a_killed_workers_turn_never_blocks_the_next_ask(make_world, tone_speech
     start_and_kill_a_worker(world, job, "invocation-1")
 
     again = world.message("ask_bidi", prompt="Hello, who are you?", turn_id="again")
-    assert world.turn("killed")["status"] == "cancelled"  # superseded by the new turn
+    assert world.turn("killed").status == "cancelled"  # superseded by the new turn
     assert world.run_worker(again, "invocation-2") == {"status": "complete"}
     assert world.received()[-1]["turn_id"] == "again"
     assert world.received()[-1]["status"] == "complete"
@@ -429,8 +429,8 @@ def test_a_killed_workers_turn_never_blocks_the_next_ask(make_world, tone_speech
     told = world.received()[before:]
     assert kinds(told) == ["turn_end"]
     assert (told[0]["turn_id"], told[0]["status"]) == ("killed", "cancelled")
-    assert world.turn("killed")["status"] == "cancelled"
-    assert world.turn("again")["status"] == "complete"
+    assert world.turn("killed").status == "cancelled"
+    assert world.turn("again").status == "complete"
     # A second retry (the first one's own failure) tells nothing twice.
     assert world.run_worker(job, "invocation-1") == {"status": "dropped"}
     assert len(world.received()) == before + 1
@@ -467,7 +467,7 @@ def test_a_throttled_write_is_retried_by_botocore_and_the_turn_runs(make_world, 
     assert world.run_worker(job) == {"status": "complete"}
     assert [call.throttled for call in world.dynamodb.attempts(claim)] == [True, True, False]
     assert world.received()[-1]["status"] == "complete"
-    assert world.turn("throttled")["status"] == "complete"
+    assert world.turn("throttled").status == "complete"
 
 
 def test_a_running_turn_whose_writes_stay_throttled_ends_with_state_unavailable(
@@ -516,7 +516,7 @@ def test_a_claim_throttled_for_good_is_retried_by_lambda_and_told(make_world, to
     assert raised.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
     assert len(world.dynamodb.attempts(claim)) == 3  # the first and 2 retries, as configured
     assert world.received() == []  # nothing started, nothing told yet
-    assert world.turn("unclaimed")["status"] == "running"
+    assert world.turn("unclaimed").status == "running"
 
     world.dynamodb.throttle = lambda operation, body: False  # DynamoDB recovers
     job["accepted_at"] -= 60  # Lambda's first retry comes about a minute later

@@ -151,24 +151,24 @@ def test_bad_tokens_are_denied(adapters, name):
 
 def test_connect_records_principal_and_audio_delivery(adapters):
     assert connect(sample("connect_base64"), adapters) == {"statusCode": 200}
-    record = adapters.store.get_connection(CONNECTION)
+    record = adapters.connections.get(CONNECTION)
     assert (record.principal, record.audio, record.status) == ("sample-user", "base64", "open")
     connect(sample("connect"), adapters)
-    assert adapters.store.get_connection(CONNECTION).audio == "binary"
+    assert adapters.connections.get(CONNECTION).audio == "binary"
 
 
 def test_connect_refuses_an_unknown_audio_delivery(adapters):
     assert connect(sample("connect_bad_audio"), adapters)["statusCode"] == 400
-    assert adapters.store.get_connection(CONNECTION) is None
+    assert adapters.connections.get(CONNECTION) is None
 
 
 def test_disconnect_marks_gone_and_cancels_the_active_turn(adapters):
     connect(sample("connect"), adapters)
     handle_message(sample("ask_bidi"), adapters)
-    turn_id = adapters.store.get_connection(CONNECTION).active_turn_id
+    turn_id = adapters.connections.get(CONNECTION).active_turn_id
     disconnect(sample("disconnect"), adapters)
-    assert adapters.store.get_connection(CONNECTION).status == "gone"
-    assert adapters.store.turn_status(CONNECTION, turn_id) == "cancelled"
+    assert adapters.connections.get(CONNECTION).status == "gone"
+    assert adapters.turns.status(CONNECTION, turn_id) == "cancelled"
 
 
 # --- message routes ----------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def test_a_turn_is_recorded_and_the_worker_invoked_asynchronously(adapters, name
     job = json.loads(call["Payload"])
     assert job["connection_id"] == CONNECTION and job["turn"] == 1
     assert job["callback_url"] == "https://abc123defg.execute-api.us-east-1.amazonaws.com/prod"
-    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "running"
+    assert adapters.turns.status(CONNECTION, job["turn_id"]) == "running"
     assert job["mode"] == json.loads(sample(name)["body"]).get("mode", "speak")
 
 
@@ -205,7 +205,7 @@ def test_invalid_messages_get_an_error_frame_and_the_connection_stays(adapters, 
     (frame,) = posted(adapters)
     assert frame["type"] == "error" and frame["code"] == code and frame["message"]
     assert adapters.lambda_client.calls == []
-    assert adapters.store.get_connection(CONNECTION).status == "open"
+    assert adapters.connections.get(CONNECTION).status == "open"
     handle_message(sample("speak"), adapters)  # still usable
     assert len(adapters.lambda_client.calls) == 1
 
@@ -234,8 +234,8 @@ def test_limits_and_malformed_fields_are_refused_by_the_message_route(
     (frame,) = posted(adapters)
     assert frame["type"] == "error" and frame["code"] == code and frame["message"]
     assert "turn_id" not in frame  # nothing valid to name: the turn was never accepted
-    assert adapters.lambda_client.calls == [] and adapters.store.turns(CONNECTION) == []
-    assert adapters.store.get_connection(CONNECTION).status == "open"
+    assert adapters.lambda_client.calls == [] and adapters.turns.of_connection(CONNECTION) == []
+    assert adapters.connections.get(CONNECTION).status == "open"
     handle_message(sample("speak"), adapters)  # still usable
     assert len(adapters.lambda_client.calls) == 1
 
@@ -250,8 +250,8 @@ def test_a_new_turn_cancels_the_active_one(adapters):
     connect(sample("connect"), adapters)
     handle_message(sample("ask_bidi", turn_id="first"), adapters)
     handle_message(sample("ask_bidi", turn_id="second"), adapters)
-    assert adapters.store.turn_status(CONNECTION, "first") == "cancelled"
-    assert adapters.store.turn_status(CONNECTION, "second") == "running"
+    assert adapters.turns.status(CONNECTION, "first") == "cancelled"
+    assert adapters.turns.status(CONNECTION, "second") == "running"
     assert [json.loads(c["Payload"])["turn"] for c in adapters.lambda_client.calls] == [1, 2]
 
 
@@ -261,7 +261,7 @@ def test_cancel_cancels_the_active_turn_or_says_there_is_none(adapters):
     assert posted(adapters)[-1]["code"] == "unknown_turn"
     handle_message(sample("ask_bidi", turn_id="t1"), adapters)
     handle_message(sample("cancel"), adapters)
-    assert adapters.store.turn_status(CONNECTION, "t1") == "cancelled"
+    assert adapters.turns.status(CONNECTION, "t1") == "cancelled"
 
 
 def test_a_reused_turn_id_is_an_error(adapters):
@@ -308,12 +308,12 @@ def test_worker_runs_the_turn_records_it_and_keeps_history(adapters):
     frames = posted(adapters)
     assert frames[0]["type"] == "turn_start" and frames[0]["turn"] == job["turn"]
     assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "complete"
-    turn = adapters.store.get_turn(CONNECTION, job["turn_id"])
-    assert turn["status"] == "complete"
+    turn = adapters.turns.get(CONNECTION, job["turn_id"])
+    assert turn.status == "complete"
     audio_posts = [call for call in adapters.posts.calls if call["Data"][:1] == b"\xa1"]
-    assert turn["audio_frames"] == frames[-1]["audio_frames"] == len(audio_posts) > 0
-    assert turn["frames"] == len(adapters.posts.calls) - 1  # all but the turn_end that follows
-    history = adapters.store.get_connection(CONNECTION).history
+    assert turn.audio_frames == frames[-1]["audio_frames"] == len(audio_posts) > 0
+    assert turn.frames == len(adapters.posts.calls) - 1  # all but the turn_end that follows
+    history = adapters.connections.get(CONNECTION).history
     assert [message["role"] for message in history] == ["user", "assistant"]
     assert history[0]["content"][0]["text"] == "Hello, who are you?"
 
@@ -336,7 +336,7 @@ def test_the_history_is_kept_before_the_client_hears_the_turn_end(adapters):
     def post(**kwargs):
         data = kwargs["Data"]
         if data[:1] == b"{" and json.loads(data)["type"] == "turn_end":
-            history_at_turn_end.append(adapters.store.get_connection(CONNECTION).history)
+            history_at_turn_end.append(adapters.connections.get(CONNECTION).history)
         return record(**kwargs)
 
     adapters.posts.post_to_connection = post
@@ -361,17 +361,17 @@ def test_worker_reports_an_unreachable_speech_service(adapters):
     )
     assert frames[-2]["code"] == "speech_failed" and frames[-1]["status"] == "failed"
     assert len(posted(adapters)) == len(adapters.posts.calls)  # no audio frame
-    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "failed"
+    assert adapters.turns.status(CONNECTION, job["turn_id"]) == "failed"
 
 
 def test_worker_stops_when_the_turn_is_cancelled_in_dynamodb(adapters):
     connect(sample("connect"), adapters)
     job = accepted_job(adapters, "ask_bidi")
-    adapters.store.cancel_turn(CONNECTION, job["turn_id"])  # as the cancel route would
+    adapters.turns.cancel(CONNECTION, job["turn_id"])  # as the cancel route would
     assert run_worker(adapters, job) == {"status": "cancelled"}
     frames = posted(adapters)
     assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "cancelled"
-    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "cancelled"
+    assert adapters.turns.status(CONNECTION, job["turn_id"]) == "cancelled"
 
 
 def test_a_turn_cancelled_before_it_spoke_leaves_its_session_for_the_next(adapters):
@@ -381,15 +381,15 @@ def test_a_turn_cancelled_before_it_spoke_leaves_its_session_for_the_next(adapte
 
     connect(sample("connect"), adapters)
     job = accepted_job(adapters, "ask_bidi")
-    store = adapters.store
-    claim = store.claim_turn
+    turns = adapters.turns
+    claim = turns.claim
 
     def claim_then_cancel(*args, **kwargs):  # the client cancels as the worker starts
         verdict = claim(*args, **kwargs)
-        store.cancel_turn(CONNECTION, job["turn_id"])
+        turns.cancel(CONNECTION, job["turn_id"])
         return verdict
 
-    store.claim_turn = claim_then_cancel
+    turns.claim = claim_then_cancel
     # A slow LLM: the worker sees the cancel long before the first sentence could be sent.
     adapters.llm_client = lambda: ReplayBedrockClient(pace=5.0)
     # A slow open: the turn is over (~50 ms) while its session is still being opened.

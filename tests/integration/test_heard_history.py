@@ -230,8 +230,8 @@ def test_a_cancel_with_heard_ms_keeps_only_the_words_heard(make_world, tone):  #
     heard_ms = first["words"][1]["end_ms"] + 1  # the second word heard whole, not the third
     world.message("cancel", turn_id="t1", heard_ms=heard_ms)
     worker.join(30)
-    assert world.turn("t1")["status"] == "cancelled"
-    assert world.turn("t1")["heard_ms"] == pytest.approx(heard_ms)
+    assert world.turn("t1").status == "cancelled"
+    assert world.turn("t1").heard_ms == pytest.approx(heard_ms)
     history = world.connection().history
     two = " ".join(word["text"] for word in first["words"][:2])
     assert history == [
@@ -283,7 +283,7 @@ def test_a_barge_in_with_heard_ms_is_answered_over_the_heard_history(make_world,
     second = run_in_thread(world, second_job, "request-2")  # at once, as Lambda would
     first.join(30)
     second.join(30)
-    assert [world.turn(t)["status"] for t in ("t1", "t2")] == ["cancelled", "complete"]
+    assert [world.turn(t).status for t in ("t1", "t2")] == ["cancelled", "complete"]
     # The barge-in's answer was asked over the cut history (it waited for it), and Bedrock
     # accepts that conversation.
     asked = requests[-1]["messages"]
@@ -314,7 +314,7 @@ def test_a_barge_in_during_a_tool_call_leaves_a_history_bedrock_accepts(make_wor
     first.join(30)
     second.join(30)
     assert time.monotonic() - started < 6  # the 6 s tool was not waited for
-    assert [world.turn(t)["status"] for t in ("t1", "t2")] == ["cancelled", "complete"]
+    assert [world.turn(t).status for t in ("t1", "t2")] == ["cancelled", "complete"]
     asked = requests[-1]["messages"]
     bedrock_accepts(asked)
     assert asked[1]["content"][0] == {"text": " ".join(word["text"] for word in preamble)}
@@ -330,7 +330,7 @@ def test_heard_ms_after_the_turn_ended_cuts_its_history_without_an_error(make_wo
     world.connect()
     job = world.message("ask_bidi", prompt="What is the meaning of life?", turn_id="t1")
     world.run_worker(job, "request-1")  # ended here; its audio still plays there
-    assert world.turn("t1")["status"] == "complete"
+    assert world.turn("t1").status == "complete"
     words = words_of(world.received())
     world.message("cancel", turn_id="t1", heard_ms=words[0]["end_ms"])
     assert frames_of(world, "error") == []  # the cancel did what it could: the cut

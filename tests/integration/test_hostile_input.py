@@ -232,7 +232,7 @@ def test_every_hostile_client_message_gets_its_code_from_the_lambda_handler(adap
         if not ok:
             mismatches.append((row.name, row.code, answers, started))
     assert mismatches == []
-    assert adapters.store.get_connection(CONNECTION).status == "open"
+    assert adapters.connections.get(CONNECTION).status == "open"
 
 
 def test_a_message_over_128_kb_reaches_the_handler_as_message_too_large(adapters):  # noqa: F811

@@ -458,7 +458,7 @@ async def test_tokens_turn_the_authorizer_on():
         from functions.wiring import current_adapters
 
         (connection_id,) = local.gateway.connections  # only the authorized one got this far
-        principal = current_adapters().store.get_connection(connection_id).principal
+        principal = current_adapters().connections.get(connection_id).principal
         assert principal == "alice"  # the authorizer's context reached $connect
 
 
@@ -558,8 +558,8 @@ async def _frames_until(ws, turn_ends: int, limit: float = 120) -> list:
 def _turns_left_running(stack) -> list:
     from functions.wiring import current_adapters
 
-    store = current_adapters().store
-    items = store.client.scan(TableName=store.table_name)["Items"]
+    table = current_adapters().session_items  # every turn of every connection: a scan
+    items = table.client.scan(TableName=table.table_name)["Items"]
     return [item["sk"]["S"] for item in items if item.get("status", {}).get("S") == "running"]
 
 

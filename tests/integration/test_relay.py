@@ -1,5 +1,6 @@
-"""The relay to @connections: framing, 32 KB limit, base64 delivery, Gone, one retry policy over
-real HTTP, and the text lane (coalesced text deltas that never hold up audio)."""
+"""The relay over an ``ApiGatewaySink`` to @connections: framing, 32 KB limit, base64 delivery,
+Gone, one retry policy over real HTTP, and the text lane (coalesced text deltas that never hold
+up audio)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import pytest
 from botocore.stub import Stubber
 from connections_server import Answer, ConnectionsServer, Request, always, first_then
 
-from functions.adapters.relay import (
+from functions.adapters.frame_sink import (
     MANAGEMENT_CLIENT_CONFIG,
-    ConnectionGone,
-    Relay,
+    ApiGatewaySink,
+    ClientGone,
     RelayError,
     management_client,
 )
+from functions.adapters.relay import Relay
 from voicewire.client_protocol import (
     MAX_AUDIO_PAYLOAD,
     MAX_BASE64_AUDIO_PAYLOAD,
@@ -74,7 +76,7 @@ async def test_binary_audio_is_split_into_headed_frames_under_32_kb(aws):
     from moto.apigatewaymanagementapi.models import apigatewaymanagementapi_backends
 
     spy = Spy(moto_client())
-    relay = Relay(spy, "conn-1", turn=7)
+    relay = Relay(ApiGatewaySink(spy, "conn-1"), turn=7)
     audio = pcm(1.5)  # 72,000 bytes: needs three frames
     await relay.control(TurnStart(turn_id="t-7", turn=7, mode="bidi"))
     await relay.audio(audio)
@@ -102,7 +104,7 @@ async def test_audio_frames_at_the_payload_limit_fit_32_kb_and_one_sample_more_s
     largest = limit - limit % 2  # whole samples
     for size, frames in ((largest, 1), (largest + 2, 2)):
         spy = Spy(moto_client())
-        relay = Relay(spy, "conn-3", turn=2**32 - 1, delivery=delivery)
+        relay = Relay(ApiGatewaySink(spy, "conn-3"), turn=2**32 - 1, delivery=delivery)
         await relay.audio(pcm(1.0)[:size])
         assert len(spy.posts) == relay.audio_frames == frames
         assert max(len(post) for post in spy.posts) <= MAX_FRAME_BYTES
@@ -114,7 +116,7 @@ async def test_audio_frames_at_the_payload_limit_fit_32_kb_and_one_sample_more_s
 
 async def test_base64_delivery_sends_json_text_frames(aws):
     spy = Spy(moto_client())
-    relay = Relay(spy, "conn-2", turn=1, delivery="base64")
+    relay = Relay(ApiGatewaySink(spy, "conn-2"), turn=1, delivery="base64")
     audio = pcm(1.0)
     await relay.audio(audio)
     messages = [json.loads(post) for post in spy.posts]
@@ -143,8 +145,8 @@ def stubbed(*errors: str, then_ok: bool = True):
 
 async def test_a_gone_client_stops_the_turn():
     client, _ = stubbed("GoneException", then_ok=False)
-    relay = Relay(client, "gone", turn=1)
-    with pytest.raises(ConnectionGone):
+    relay = Relay(ApiGatewaySink(client, "gone"), turn=1)
+    with pytest.raises(ClientGone):
         await relay.audio(pcm(0.1))
     assert relay.frames == 0 and relay.audio_frames == 0  # nothing counted that was not sent
 
@@ -153,7 +155,7 @@ async def test_every_throttling_code_is_retried():
     client, stubber = stubbed(
         "LimitExceededException", "TooManyRequestsException", "ThrottlingException"
     )
-    relay = Relay(client, "busy", turn=1, first_backoff=0.001)
+    relay = Relay(ApiGatewaySink(client, "busy", first_backoff=0.001), turn=1)
     await relay.audio(pcm(0.1))
     stubber.assert_no_pending_responses()
     assert relay.frames == 1 and relay.first_audio_posted_at is not None
@@ -161,7 +163,7 @@ async def test_every_throttling_code_is_retried():
 
 async def test_retries_are_bounded_by_attempts():
     client, _ = stubbed(*["LimitExceededException"] * 3, then_ok=False)
-    relay = Relay(client, "busy", turn=1, max_attempts=3, first_backoff=0.001)
+    relay = Relay(ApiGatewaySink(client, "busy", max_attempts=3, first_backoff=0.001), turn=1)
     with pytest.raises(RelayError, match="LimitExceededException after 3 attempts") as raised:
         await relay.audio(pcm(0.1))
     assert raised.value.code == "LimitExceededException" and raised.value.attempts == 3
@@ -177,8 +179,15 @@ def connections() -> Iterator[ConnectionsServer]:
     server.stop()
 
 
+SINK_OPTIONS = ("max_attempts", "first_backoff", "retry_budget_seconds")
+
+
 def relay_to(server: ConnectionsServer, **options) -> Relay:
-    return Relay(management_client(server.url, **FAKE_CREDENTIALS), "conn-1", turn=1, **options)
+    """A relay over a sink to ``server``; ``options``: the sink's retry settings and the
+    relay's own."""
+    retries = {name: options.pop(name) for name in SINK_OPTIONS if name in options}
+    client = management_client(server.url, **FAKE_CREDENTIALS)
+    return Relay(ApiGatewaySink(client, "conn-1", **retries), turn=1, **options)
 
 
 THROTTLED = Answer.error(429, "LimitExceededException")
@@ -249,7 +258,7 @@ async def test_server_errors_are_retried(connections, failure):
 async def test_a_gone_client_over_http_is_not_retried(connections):
     connections.script = always(Answer.error(410, "GoneException"))
     relay = relay_to(connections)
-    with pytest.raises(ConnectionGone):
+    with pytest.raises(ClientGone):
         await relay.audio(pcm(0.05))
     assert len(connections.requests) == 1 and relay.audio_frames == 0
 
@@ -257,13 +266,10 @@ async def test_a_gone_client_over_http_is_not_retried(connections):
 async def test_an_unreachable_endpoint_is_retried_then_fails(connections):
     url = connections.url
     connections.stop()  # nothing listens on that port any more: connection refused
-    relay = Relay(
-        management_client(url, **FAKE_CREDENTIALS),
-        "conn-1",
-        turn=1,
-        max_attempts=3,
-        first_backoff=0.01,
+    sink = ApiGatewaySink(
+        management_client(url, **FAKE_CREDENTIALS), "conn-1", max_attempts=3, first_backoff=0.01
     )
+    relay = Relay(sink, turn=1)
     with pytest.raises(RelayError, match="EndpointConnectionError after 3 attempts") as raised:
         await relay.control(turn_start())
     assert raised.value.code == "EndpointConnectionError" and raised.value.attempts == 3
@@ -330,7 +336,7 @@ async def test_text_deltas_are_coalesced_while_audio_flows(connections):
     assert relay.frames == len(everything)
     assert relay.bytes_sent == sum(len(r.body) for r in everything)
     assert audio[0].ended <= relay.first_audio_posted_at <= audio[1].started
-    assert relay._text_task is not None and relay._text_task.done()  # no task left running
+    assert relay._text_lane._task is not None and relay._text_lane._task.done()  # none running
 
 
 def counts(relay: Relay) -> dict[str, int]:
@@ -378,7 +384,7 @@ async def test_sentence_mode_posts_text_only_at_flush_and_finish(connections):
     await relay.text("t-1", "Hello, ")
     await relay.text("t-1", "world.")
     await relay.control(turn_start())  # the text lane runs while this posts...
-    assert relay._text_pending == "Hello, world."  # ... and leaves the text buffered
+    assert relay._text_lane._pending == "Hello, world."  # ... and leaves the text buffered
     flushed_at = time.monotonic()
     relay.flush_text()
     await relay.text("t-1", " Next")  # after the cut: the next sentence's text
@@ -396,7 +402,7 @@ async def test_sentence_mode_posts_text_only_at_flush_and_finish(connections):
 @pytest.mark.parametrize(
     ("failure", "raised"),
     [
-        (Answer.error(410, "GoneException"), ConnectionGone),
+        (Answer.error(410, "GoneException"), ClientGone),
         (Answer.error(403, "ForbiddenException"), RelayError),
     ],
 )
@@ -409,15 +415,15 @@ async def test_a_failed_text_post_surfaces_at_finish_and_next_text(connections, 
     with pytest.raises(raised):
         await relay.text("t-1", " again")
     assert len(connections.requests) == 1 and relay.text_posts == 0
-    assert relay._text_task is not None and relay._text_task.done()
+    assert relay._text_lane._task is not None and relay._text_lane._task.done()
 
 
 async def test_a_text_failure_surfaces_at_the_next_text_call(connections):
     connections.script = always(Answer.error(410, "GoneException"))
     relay = relay_to(connections)
     await relay.text("t-1", "Hello")
-    await wait_for(lambda: relay._text_task is not None and relay._text_task.done())
-    with pytest.raises(ConnectionGone):
+    await wait_for(lambda: relay._text_lane._task is not None and relay._text_lane._task.done())
+    with pytest.raises(ClientGone):
         await relay.text("t-1", " again")
 
 
@@ -428,7 +434,7 @@ async def test_discarded_text_is_never_posted(connections):
     await relay.text("t-1", "world.")
     await relay.finish_text()
     assert connections.requests == [] and relay.text_posts == 0
-    assert relay._text_task is not None and relay._text_task.done()
+    assert relay._text_lane._task is not None and relay._text_lane._task.done()
 
 
 async def test_close_stops_the_text_lane_without_posting(connections):
@@ -436,13 +442,12 @@ async def test_close_stops_the_text_lane_without_posting(connections):
     await relay.text("t-1", "a")  # posted at once
     await wait_for(lambda: len(connections.delivered()) == 1)
     await relay.text("t-1", "b")  # held back for the interval
-    task = relay._text_task
+    task = relay._text_lane._task
     await relay.close()
-    # Nothing can post "b" now: the lane is stopped and no text post is in flight (a post holds
-    # the text lock until it is answered).
+    # Nothing can post "b" now: the lane is stopped and no text post is in flight (a post is in
+    # flight until it is answered).
     assert task is not None and task.done()
-    assert relay._text_lock.acquire(blocking=False)
-    relay._text_lock.release()
+    assert not relay._text_lane.posting
     assert [delta["text"] for _, delta in text_posts(connections)] == ["a"]
     assert len(connections.requests) == 1 and relay.text_posts == 1
 
@@ -456,5 +461,4 @@ async def test_close_returns_only_once_the_text_post_in_flight_is_answered(conne
     await wait_for(lambda: len(connections.requests) == 1)  # received, not yet answered
     await relay.close()
     assert relay.text_posts == 1  # counted after its answer came
-    assert relay._text_lock.acquire(blocking=False)
-    relay._text_lock.release()
+    assert not relay._text_lane.posting

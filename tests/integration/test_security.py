@@ -160,7 +160,7 @@ def test_connect_refuses_a_foreign_origin_when_there_is_no_authorizer(adapters):
     event = sample("connect")
     event["headers"]["Origin"] = "https://evil.example.net"
     assert connect_handler(event, adapters)["statusCode"] == 403
-    assert adapters.store.get_connection(CONNECTION) is None
+    assert adapters.connections.get(CONNECTION) is None
     event["headers"]["Origin"] = "https://app.example.com"
     assert connect_handler(event, adapters)["statusCode"] == 200
 
@@ -184,18 +184,18 @@ def test_turns_past_the_per_minute_limit_are_refused_and_the_connection_stays(ad
     assert len(adapters.lambda_client.calls) == 3
     (refusal,) = [frame for frame in posted(adapters) if frame["type"] == "error"]
     assert refusal["code"] == "too_many_turns" and "3 turns" in refusal["message"]
-    assert adapters.store.get_connection(CONNECTION).status == "open"
+    assert adapters.connections.get(CONNECTION).status == "open"
     handle_message(sample("voices"), adapters)  # other actions are not turns
     assert posted(adapters)[-1]["type"] == "voices"
 
 
 def test_the_turn_window_starts_over_each_minute_and_holds_under_concurrency(adapters):  # noqa: F811
     connect_handler(sample("connect"), adapters)
-    store, minute = adapters.store, 1_800_000_000 // 60 * 60
+    turns, minute = adapters.turns, 1_800_000_000 // 60 * 60
     admitted: list[bool] = []
 
     def admit() -> None:
-        admitted.append(store.admit_turn(CONNECTION, 5, now=minute + 1))
+        admitted.append(turns.admit(CONNECTION, 5, now=minute + 1))
 
     threads = [threading.Thread(target=admit) for _ in range(12)]
     for thread in threads:
@@ -203,9 +203,9 @@ def test_the_turn_window_starts_over_each_minute_and_holds_under_concurrency(ada
     for thread in threads:
         thread.join()
     assert admitted.count(True) == 5  # conditional writes: no two took the last place
-    assert not store.admit_turn(CONNECTION, 5, now=minute + 59)
-    assert store.admit_turn(CONNECTION, 5, now=minute + 60)  # a new minute
-    assert not store.admit_turn("no-such-connection", 5, now=minute)
+    assert not turns.admit(CONNECTION, 5, now=minute + 59)
+    assert turns.admit(CONNECTION, 5, now=minute + 60)  # a new minute
+    assert not turns.admit("no-such-connection", 5, now=minute)
 
 
 # --- the local stack: --tokens, tickets, origins, and its logs -------------------------------
@@ -288,6 +288,7 @@ async def test_a_turn_stops_at_its_speech_limit_with_the_audio_up_to_it_counted(
     import boto3
     from turn_harness import CALLBACK_URL, RecordingConnection
 
+    from functions.adapters.frame_sink import ApiGatewaySink
     from functions.adapters.relay import Relay
     from functions.turn import TurnRunner, TurnSpec
     from voicewire.client_protocol import decode_audio_frame
@@ -297,7 +298,7 @@ async def test_a_turn_stops_at_its_speech_limit_with_the_audio_up_to_it_counted(
     connection = RecordingConnection(
         boto3.client("apigatewaymanagementapi", endpoint_url=CALLBACK_URL)
     )
-    relay = Relay(connection, "conn-1", turn=1)
+    relay = Relay(ApiGatewaySink(connection, "conn-1"), turn=1)
     text = "This sentence is long enough to take well over a second to say, every time."
     async with open_speech_session(speech_server.ws_url) as speech:
         runner = TurnRunner(

@@ -28,7 +28,7 @@ from test_handlers import (  # noqa: F401  (adapters is a fixture)
 )
 
 from functions.adapters.replay_llm import ReplayBedrockClient
-from functions.adapters.session_store import SessionStore
+from functions.adapters.turn_ledger import TurnLedger
 from functions.handlers.connect import connect
 from functions.handlers.messages import handle_message
 from functions.worker_policy import WorkerPolicy
@@ -69,9 +69,9 @@ def assert_ended_once(adapters, job: dict, code: str) -> None:
     assert [error["code"] for error in errors] == [code]
     assert errors[0]["turn_id"] == job["turn_id"]
     assert frames[-1]["type"] == "turn_end" and frames[-1]["status"] == "failed"
-    turn = adapters.store.get_turn(CONNECTION, job["turn_id"])
-    assert turn["status"] == "failed" and turn["error_code"] == code
-    assert adapters.store.get_connection(CONNECTION).active_turn_id is None
+    turn = adapters.turns.get(CONNECTION, job["turn_id"])
+    assert turn.status == "failed" and turn.error_code == code
+    assert adapters.connections.get(CONNECTION).active_turn_id is None
 
 
 # --- the message route ---------------------------------------------------------------------------
@@ -95,29 +95,29 @@ def test_a_worker_that_cannot_be_invoked_fails_its_turn_and_the_connection_stays
     error, end = posted(adapters)[1:]
     assert error["code"] == "worker_unavailable" and "ResourceNotFound" in error["message"]
     assert end["status"] == "failed"
-    turn = adapters.store.turns(CONNECTION)[0]
-    assert turn["status"] == "failed" and turn["error_code"] == "worker_unavailable"
-    assert adapters.store.get_connection(CONNECTION).active_turn_id is None
+    turn = adapters.turns.of_connection(CONNECTION)[0]
+    assert turn.status == "failed" and turn.error_code == "worker_unavailable"
+    assert adapters.connections.get(CONNECTION).active_turn_id is None
     adapters.settings = settings  # the function is back: the next ask runs
     handle_message(sample("ask_bidi", turn_id="again"), adapters)
-    assert adapters.store.turn_status(CONNECTION, "again") == "running"
+    assert adapters.turns.status(CONNECTION, "again") == "running"
 
 
 def test_a_cancel_handled_while_a_turn_is_recorded_keeps_it_cancelled(adapters):
     """API Gateway handles a connection's messages concurrently: the cancel can land between
     the route's writes. The turn must stay cancelled, and no worker may run it."""
     connect(sample("connect"), adapters)
-    store = adapters.store
-    plain = SessionStore(store.client, store.table_name)
+    table = adapters.session_items
+    plain = table.client
 
     def cancel_now():
-        handle_message(sample("cancel"), dataclasses.replace(adapters, dynamodb=plain.client))
+        handle_message(sample("cancel"), dataclasses.replace(adapters, dynamodb=plain))
 
-    store.client = Interleaving(store.client, "turn_counter", then=cancel_now)
+    table.client = Interleaving(plain, "turn_counter", then=cancel_now)
     handle_message(sample("ask_bidi", turn_id="t-race"), adapters)
-    assert store.client.fired == 1
+    assert table.client.fired == 1
     assert adapters.lambda_client.calls == []  # no worker
-    assert store.turn_status(CONNECTION, "t-race") == "cancelled"
+    assert adapters.turns.status(CONNECTION, "t-race") == "cancelled"
     assert kinds(adapters) == ["turn_start", "turn_end"]
     assert posted(adapters)[-1]["status"] == "cancelled"
 
@@ -141,7 +141,7 @@ def test_a_duplicate_delivery_is_dropped_while_the_turn_runs(adapters):
         worker.join(60)
     assert sorted(result["status"] for result in results.values()) == ["complete", "dropped"]
     assert kinds(adapters).count("turn_start") == 1 and kinds(adapters)[-1] == "turn_end"
-    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "complete"
+    assert adapters.turns.status(CONNECTION, job["turn_id"]) == "complete"
 
 
 def _forbid_audio(adapters):
@@ -178,14 +178,14 @@ def _empty_model_id(adapters):
 
 
 def _history_unreadable(adapters):
-    store = adapters.store
-    read = store.get_connection
+    connections = adapters.connections
+    read = connections.get
 
     def fail_once(*_args, **_kwargs):
-        store.get_connection = read
+        connections.get = read
         raise client_error("ProvisionedThroughputExceededException", 400, "GetItem")
 
-    store.get_connection = fail_once
+    connections.get = fail_once
     return "internal_error"
 
 
@@ -235,12 +235,12 @@ def test_a_retry_after_the_worker_died_ends_the_turn_unspoken(adapters):
     Lambda's retry must not speak the turn again, only end it."""
     connect(sample("connect"), adapters)
     job = accepted_job(adapters, "ask_bidi")
-    adapters.store.claim_turn(CONNECTION, job["turn_id"], "dead", 30, now=time.time() - 90)
+    adapters.turns.claim(CONNECTION, job["turn_id"], "dead", 30, now=time.time() - 90)
     assert run_worker(adapters, job, "retry") == {"status": "failed"}
     assert kinds(adapters) == ["error", "turn_end"]  # no second turn_start
     assert posted(adapters)[0]["code"] == "internal_error"
     assert adapters.replay.requests == []  # the model was not asked again
-    assert adapters.store.turn_status(CONNECTION, job["turn_id"]) == "failed"
+    assert adapters.turns.status(CONNECTION, job["turn_id"]) == "failed"
 
 
 def test_a_job_that_reaches_its_worker_too_late_is_not_spoken(adapters):
@@ -256,24 +256,25 @@ def test_a_job_that_reaches_its_worker_too_late_is_not_spoken(adapters):
 
 
 class FlakyReads:
-    """The real store, whose status reads fail ``failures`` times (throttling), or are slow."""
+    """The real turn ledger, whose status reads fail ``failures`` times (throttling), or are
+    slow."""
 
-    def __init__(self, store: SessionStore, failures: int = 0, delay: float = 0.0):
-        self.store, self.failures, self.delay, self.reads = store, failures, delay, 0
+    def __init__(self, turns: TurnLedger, failures: int = 0, delay: float = 0.0):
+        self.turns, self.failures, self.delay, self.reads = turns, failures, delay, 0
         self.answered_stale = threading.Event()  # a read has its status and is slow to return
         self.failed_all = threading.Event()  # every failure asked for has happened
 
     def __getattr__(self, name):
-        return getattr(self.store, name)
+        return getattr(self.turns, name)
 
-    def turn_status(self, connection_id, turn_id):
+    def status(self, connection_id, turn_id):
         self.reads += 1
         if self.failures:
             self.failures -= 1
             if not self.failures:
                 self.failed_all.set()
             raise client_error("ThrottlingException", 400, "GetItem")
-        status = self.store.turn_status(connection_id, turn_id)
+        status = self.turns.status(connection_id, turn_id)
         if self.delay:
             self.answered_stale.set()
         time.sleep(self.delay)  # the answer is slow to come back: it may be stale on arrival
@@ -285,14 +286,14 @@ FAST_POLICY = WorkerPolicy(
 )
 
 
-def _watch(adapters, store, job, during=None) -> tuple:
+def _watch(adapters, turns, job, during=None) -> tuple:
     from functions.turn_guards import TurnStop, watch_turn
     from functions.worker_job import WorkerJob
 
     async def watch():
         stop = TurnStop(asyncio.Event())
         watching = asyncio.create_task(
-            watch_turn(store, WorkerJob.model_validate(job), "request-1", stop, FAST_POLICY)
+            watch_turn(turns, WorkerJob.model_validate(job), "request-1", stop, FAST_POLICY)
         )
         if during is not None:
             await during()
@@ -307,11 +308,11 @@ def _watch(adapters, store, job, during=None) -> tuple:
 def test_the_watcher_survives_failed_reads_and_still_sees_the_cancel(adapters):
     connect(sample("connect"), adapters)
     job = accepted_job(adapters, "ask_bidi")
-    flaky = FlakyReads(adapters.store, failures=4)
+    flaky = FlakyReads(adapters.turns, failures=4)
 
     async def cancel_after_the_failures():
         assert await asyncio.to_thread(flaky.failed_all.wait, 10)
-        adapters.store.cancel_turn(CONNECTION, job["turn_id"])
+        adapters.turns.cancel(CONNECTION, job["turn_id"])
 
     stop = _watch(adapters, flaky, job, cancel_after_the_failures)
     assert stop.failure is None  # a cancel, not a failure
@@ -321,19 +322,19 @@ def test_the_watcher_survives_failed_reads_and_still_sees_the_cancel(adapters):
 def test_the_watcher_stops_the_turn_when_state_stays_unreadable(adapters):
     connect(sample("connect"), adapters)
     job = accepted_job(adapters, "ask_bidi")
-    stop = _watch(adapters, FlakyReads(adapters.store, failures=10_000), job)
+    stop = _watch(adapters, FlakyReads(adapters.turns, failures=10_000), job)
     assert stop.failure is not None and stop.failure.code == ErrorCode.STATE_UNAVAILABLE
 
 
 def test_a_cancel_during_a_slow_poll_is_seen_at_the_next_one(adapters):
     connect(sample("connect"), adapters)
     job = accepted_job(adapters, "ask_bidi")
-    slow = FlakyReads(adapters.store, delay=0.4)
+    slow = FlakyReads(adapters.turns, delay=0.4)
 
     async def cancel_mid_poll():
         # The first read has its answer ("running") and is still on its way back.
         assert await asyncio.to_thread(slow.answered_stale.wait, 10)
-        adapters.store.cancel_turn(CONNECTION, job["turn_id"])
+        adapters.turns.cancel(CONNECTION, job["turn_id"])
 
     stop = _watch(adapters, slow, job, cancel_mid_poll)
     assert stop.failure is None and slow.reads == 2  # the read in flight, then the next
@@ -354,12 +355,11 @@ def test_a_turn_whose_record_cannot_be_written_is_still_told_and_not_retried(ada
     failure is counted, and the invocation returns (a retry would end the turn twice)."""
     connect(sample("connect"), adapters)
     job = accepted_job(adapters, "speak")
-    store = adapters.store
 
     def unavailable(*_args, **_kwargs):
         raise client_error("InternalServerError", 500, "UpdateItem")
 
-    store.finish_turn = unavailable
+    adapters.turns.finish = unavailable
     assert run_worker(adapters, job) == {"status": "complete"}
     frames = posted(adapters)
     assert [f["type"] for f in frames].count("turn_start") == 1

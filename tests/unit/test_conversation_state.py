@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 import boto3
 import pytest
 
-from functions.adapters.session_store import SessionStore, TableConversation
+from functions.adapters.connections import Connections
+from functions.adapters.conversation_table import TableConversation
 from functions.adapters.session_table import create_table
+from functions.adapters.table_items import TableItems
+from functions.adapters.turn_ledger import TurnLedger
 from functions.conversation import rules
 from functions.conversation.heard import INTERRUPTED_MARK, Heard, TurnWord, heard_of
 from functions.conversation.history import SpokenExchange
@@ -41,19 +44,20 @@ def spoken_answer(text: str, status: str = "complete") -> Answer:
 
 
 class Table:
-    """The DynamoDB conversation, and how its turns end (the worker's ``finish_turn``)."""
+    """The DynamoDB conversation, and how its turns end (the worker's ``TurnLedger.finish``)."""
 
     def __init__(self) -> None:
         create_table(boto3.client("dynamodb"), "sessions")
-        self.store = SessionStore(boto3.client("dynamodb"), "sessions")
-        self.store.put_connection("c1", "alice", "binary")
-        self.state = TableConversation(self.store, "c1")
+        table = TableItems(boto3.client("dynamodb"), "sessions")
+        self.connections, self.turns = Connections(table), TurnLedger(table)
+        self.connections.put("c1", "alice", "binary")
+        self.state = TableConversation(self.connections, self.turns, "c1")
 
     def end(self, turn_id: str, status: str) -> str:
-        return self.store.finish_turn("c1", turn_id, status, Timings(), {})  # type: ignore[arg-type]
+        return self.turns.finish("c1", turn_id, status, Timings(), {})  # type: ignore[arg-type]
 
     def close(self) -> None:
-        self.store.mark_gone("c1")
+        self.connections.mark_gone("c1")
 
 
 class Memory:

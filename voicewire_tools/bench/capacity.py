@@ -108,9 +108,9 @@ PRICES = {
     "data_transfer_out_gb": 0.09,
 }
 POST_BYTES = 9_600  # one 0.2 s PCM frame per @connections post (voicewire's relay)
-# Counted in functions/adapters/session_store.py: a turn's start, claim, one claim renewal, finish
-# and history append, each billed by item size (the history makes the connection's item grow:
-# 2 KB assumed); a session's put_connection and mark_gone.
+# Counted in functions/adapters/ (turn_ledger.py, conversation_table.py, connections.py): a turn's
+# start, claim, one claim renewal, finish and history append, each billed by item size (the
+# history makes the connection's item grow: 2 KB assumed); a session's put and mark_gone.
 DYNAMODB_WRITE_UNITS_PER_TURN = 5 * 2
 DYNAMODB_WRITE_UNITS_PER_SESSION = 2
 

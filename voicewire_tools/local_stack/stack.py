@@ -244,7 +244,7 @@ class LocalStack:
         runtime_socket: socket.socket,
     ) -> None:
         options = self.options
-        from functions.adapters.session_store import dynamodb_client
+        from functions.adapters.table_items import dynamodb_client
 
         endpoint = options.dynamodb_endpoint or self._start_moto()
         dynamodb = dynamodb_client(endpoint_url=endpoint, region_name=REGION, **LOCAL_CREDENTIALS)
@@ -264,7 +264,7 @@ class LocalStack:
         voices = self._wait_for_speech()
         self._start_runtime(runtime_socket)
 
-        from functions.adapters.relay import management_client
+        from functions.adapters.frame_sink import management_client
         from functions.settings import DEFAULT_SYSTEM_PROMPT, Settings
         from functions.wiring import Adapters, use_adapters
         from voicewire_tools.local_stack.gateway import Gateway, GatewayFunctions, PostFaults

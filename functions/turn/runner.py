@@ -36,13 +36,11 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
-from pydantic import BaseModel
-
+from functions.adapters.frame_sink import ClientGone, RelayError
 from functions.adapters.llm import LlmError
-from functions.adapters.relay import ConnectionGone, Relay, RelayError
+from functions.adapters.relay import Relay
 from functions.agent_events import (
     AgentEvent,
     AgentText,
@@ -56,7 +54,12 @@ from functions.agent_events import (
 from functions.conversation import turn_frames
 from functions.conversation.heard import TurnWord, estimated_heard_ms
 from functions.tool_fillers import filler_for
-from voicewire.chunker import Chunker, IncrementalSentenceChunker
+from functions.turn.arrival import Item, in_arrival_order
+from functions.turn.audio_reader import SpokenRequest, TurnAudio, samples_ms
+from functions.turn.chunking import VOICEWIRE_CHUNKING, Chunking, WholeAnswer, cut_early
+from functions.turn.clock import TurnClock
+from functions.turn.fillers import ToolFillers, ToolRound
+from voicewire.chunker import Chunker
 from voicewire.client_protocol import (
     AudioFormat,
     ClientError,
@@ -67,10 +70,9 @@ from voicewire.client_protocol import (
     TurnEnd,
     TurnStatus,
     Words,
-    WordTiming,
 )
 from voicewire.error_codes import ErrorCode
-from voicewire.speech_link import AudioChunk, SpeechSession, SpeechSessionError, WordsFrame
+from voicewire.speech_link import SpeechSession, SpeechSessionError
 from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
 from voicewire.speech_text import to_speech_text
 from voicewire.voice_catalog import describe_voice
@@ -109,25 +111,6 @@ class TurnOutcome:
     audio_ms: float = 0.0
 
 
-@dataclass
-class _Clock:
-    accepted_at: float
-    marks: dict[str, float] = field(default_factory=dict)
-
-    def mark(self, name: str, at: float | None = None) -> None:
-        """Note when ``name`` first happened: now, or at ``at`` (epoch seconds)."""
-        moment = time.time() if at is None else at
-        self.marks.setdefault(name, round((moment - self.accepted_at) * 1000, 1))
-
-    def timings(self) -> Timings:
-        return Timings(
-            first_text_ms=self.marks.get("text"),
-            first_sentence_ms=self.marks.get("sentence"),
-            first_audio_ms=self.marks.get("audio"),
-            total_ms=round((time.time() - self.accepted_at) * 1000, 1),
-        )
-
-
 class _Stop(Exception):
     """Raised inside the consumer when the turn is cancelled."""
 
@@ -137,29 +120,6 @@ class _SpeechLimit(Exception):
 
 
 SpeechSource = SpeechSession | asyncio.Future[SpeechSession]
-
-
-# voicewire's: the first chunk ends at its first clause or after 6 words, whichever comes first
-# (an LLM writes 6 words in ~300 ms, a long first sentence in seconds).
-FIRST_CLAUSE_CHUNKER = partial(IncrementalSentenceChunker, first_max_words=6)
-
-
-@dataclass(frozen=True)
-class Chunking:
-    """How a turn cuts its text. The division of labour: this chunker (``voicewire.chunker``)
-    cuts the model's stream where a listener can hear a boundary (sentences, and a first chunk
-    short enough to be written in ~300 ms: its first clause or 6 words); the speech server only
-    cuts the first chunk *it is sent* further, at the fastest point its engine can start on
-    (``fast_start``: ``speech_server.chunk_plan``), and never adds text boundaries of its own."""
-
-    # Called with language=<the voice's BCP 47 tag>: the abbreviation rules follow the voice.
-    chunker_factory: Callable[..., Chunker] = FIRST_CLAUSE_CHUNKER
-    # The speech server's early cut of the first chunk for the first sentence and for batch and
-    # speak texts.
-    fast_start: bool = True
-
-
-VOICEWIRE_CHUNKING = Chunking()
 
 
 @dataclass
@@ -192,12 +152,9 @@ class TurnRunner:
     show_tool_data: bool = False
 
     def __post_init__(self) -> None:
-        self._clock = _Clock(self.spec.accepted_at)
-        self._request_ids: list[str] = []
-        # What each speech request says: its text, its round of the answer, whether a filler.
-        self._requests: dict[str, _Spoken] = {}
-        self._words: list[TurnWord] = []  # every word spoken so far, ends from the turn's start
-        self._audio_queued = 0  # samples of the turn's audio handed to the consumer
+        self._clock = TurnClock(self.spec.accepted_at)
+        # Each speech request sent (what it says) and the turn's audio and words read from them.
+        self._audio = TurnAudio(self.spec.turn_id, self.spec.word_timings)
         self._session: SpeechSession | None = None
         self._announcing: asyncio.Task[None] | None = None  # the turn_start's post
         # When the audio posted so far has played out, if it plays from its posts (monotonic).
@@ -206,7 +163,7 @@ class TurnRunner:
     @property
     def used_speech(self) -> bool:
         """Whether the turn sent anything on its speech session (else the session is clean)."""
-        return bool(self._request_ids)
+        return bool(self._audio.requests)
 
     async def _speech(self) -> SpeechSession:
         """The session, once open (raises its ``SpeechSessionError`` if it could not open)."""
@@ -236,15 +193,10 @@ class TurnRunner:
                 case _:
                     await self._consume(self._speak_events())
             await self.relay.finish_text()  # the last text delta goes before the turn_end
-        except ConnectionGone:
+        except ClientGone:
             await self._stop_work(cancel_speech=True)
             await self._settle_text()
-            return self._heard(
-                TurnOutcome(
-                    "cancelled", self._clock.timings(), self._answer, gone=True,
-                    messages=self._messages,
-                )
-            )  # fmt: skip
+            return self._outcome("cancelled", gone=True)
         except _Stop:
             status = "cancelled"
             if (failure := self.stop_failure()) is not None:
@@ -282,12 +234,7 @@ class TurnRunner:
         except Exception:  # stopping is best effort; the turn's end must still be told
             logger.exception("stopping turn %s", self.spec.turn_id)
         await self._settle_text()
-        outcome = TurnOutcome(
-            status, self._clock.timings(), self._answer,
-            self.agent.stop_reason if self.agent else None, messages=self._messages,
-        )  # fmt: skip
-        outcome.error = error
-        self._heard(outcome)
+        outcome = self._outcome(status, error=error)
         if error is not None:
             error.turn_id = self.spec.turn_id
         if tell_end:
@@ -302,7 +249,7 @@ class TurnRunner:
             if outcome.error is not None:
                 await self.relay.control(outcome.error)
             await self.relay.control(self.turn_end(outcome))
-        except ConnectionGone:
+        except ClientGone:
             outcome.gone = True
         except RelayError as failure:  # the client cannot be told; the record still is
             logger.warning("turn %s: end not delivered: %s", self.spec.turn_id, failure)
@@ -316,27 +263,32 @@ class TurnRunner:
             audio_frames=self.relay.audio_frames,
         )
 
-    def _heard(self, outcome: TurnOutcome) -> TurnOutcome:
-        """``outcome`` with the turn's words and what the listener can have heard by now: at
-        most the time since the first audio frame left, at most the audio sent."""
+    def _outcome(
+        self, status: TurnStatus, error: ClientError | None = None, gone: bool = False
+    ) -> TurnOutcome:
+        """The turn's outcome now: its answer and messages, its words, and what the listener
+        can have heard by now (at most the time since the first audio frame left, at most the
+        audio sent)."""
         first = self.relay.first_audio_posted_at
         since = time.monotonic() - first if first is not None else None
-        outcome.audio_ms = _ms(self.relay.audio_bytes // SAMPLE_WIDTH)
-        outcome.heard_estimate_ms = estimated_heard_ms(since, outcome.audio_ms)
-        outcome.words = list(self._words)
-        return outcome
-
-    @property
-    def _answer(self) -> str:
-        return self.agent.text if self.agent is not None else ""
-
-    @property
-    def _messages(self) -> list[dict[str, Any]]:
-        return list(self.agent.messages) if self.agent is not None else []
+        audio_ms = samples_ms(self.relay.audio_bytes // SAMPLE_WIDTH)
+        agent = self.agent
+        return TurnOutcome(
+            status=status,
+            timings=self._clock.timings(),
+            answer=agent.text if agent is not None else "",
+            stop_reason=agent.stop_reason if agent is not None and not gone else None,
+            error=error,
+            gone=gone,
+            messages=list(agent.messages) if agent is not None else [],
+            words=list(self._audio.words),
+            heard_estimate_ms=estimated_heard_ms(since, audio_ms),
+            audio_ms=audio_ms,
+        )
 
     # --- the consumer: one queue, true arrival order ---------------------------------------
 
-    async def _consume(self, events: AsyncIterator[BaseModel | bytes]) -> None:
+    async def _consume(self, events: AsyncIterator[Item]) -> None:
         """Post every event; stop at once when the turn is cancelled, even while waiting, and
         fail at once if the speech session cannot be opened."""
 
@@ -380,7 +332,7 @@ class TurnRunner:
         await self._announced()
         await self.relay.text(self.spec.turn_id, text)
 
-    async def _post(self, event: BaseModel | bytes) -> None:
+    async def _post(self, event: Item) -> None:
         if self.cancelled.is_set():
             raise _Stop
         await self._announced()
@@ -414,7 +366,7 @@ class TurnRunner:
         so that nothing of the turn arrives after its turn_end."""
         with contextlib.suppress(Exception):  # its failure was (or cannot be) told already
             await self._announced()
-        with contextlib.suppress(ConnectionGone, RelayError):
+        with contextlib.suppress(ClientGone, RelayError):
             await self.relay.finish_text()
 
     async def _stop_work(self, cancel_speech: bool) -> None:
@@ -425,7 +377,7 @@ class TurnRunner:
             self.agent.stop()
         if cancel_speech:
             self.relay.discard_text()
-        if cancel_speech and self._request_ids and self._session is not None:
+        if cancel_speech and self._audio.requests and self._session is not None:
             with contextlib.suppress(SpeechSessionError):
                 await self._session.cancel()
 
@@ -442,24 +394,23 @@ class TurnRunner:
                     self._clock.mark("text")
                 yield event
 
-    async def _answer_events(self) -> AsyncIterator[BaseModel | bytes]:
+    async def _answer_events(self) -> AsyncIterator[Item]:
         """An ask's events: the agent's text spoken as it arrives (bidi: sentence by sentence;
         batch: what was written before each tool call, then the answer, each as one text), the
         tool calls told to the client, and the audio of each sentence in order."""
-        queue: asyncio.Queue[BaseModel | bytes | BaseException | None] = asyncio.Queue()
+        queue: asyncio.Queue[Item | BaseException | None] = asyncio.Queue()
         sent: asyncio.Queue[str | None] = asyncio.Queue()
         voice = self.spec.voice
         language = describe_voice(voice).language if voice else None
         batch = self.spec.mode == "batch"
 
-        def new_chunker() -> IncrementalSentenceChunker | _WholeAnswer:
-            return _WholeAnswer() if batch else self.chunking.chunker_factory(language=language)
+        def new_chunker() -> Chunker:
+            return WholeAnswer() if batch else self.chunking.chunker_factory(language=language)
 
         async def text_task() -> None:
             chunker = new_chunker()
-            said = _Said()
+            said = ToolRound()
             saying = asyncio.Lock()  # the filler's task and this one send sentences
-            filling: asyncio.Task[None] | None = None
 
             async def say(sentences: list[str], filler: bool = False) -> None:
                 async with saying:
@@ -468,24 +419,12 @@ class TurnRunner:
                     for sentence in sentences:
                         await self._send_sentence(sentence, said, queue, sent, filler)
 
-            async def fill() -> None:
-                said.filled = True
-                await say([filler_for(language)], filler=True)
-
-            async def fill_after_preamble(delay: float) -> None:
-                # The preamble was short and the tool is slow: once the preamble has played out
-                # (and at least ``delay`` into the call), the silence gets the filler too.
-                await asyncio.sleep(delay)
-
-                def quiet_in() -> float:
-                    return self._heard_until + QUIET_BEFORE_FILLER - time.monotonic()
-
-                # A deadline that moves as the preamble's audio is posted: no event marks it.
-                while (left := quiet_in()) > 0:  # noqa: ASYNC110
-                    await asyncio.sleep(left)
-                if said.running and not said.filled:
-                    await fill()
-
+            fillers = ToolFillers(
+                said,
+                say_filler=lambda: say([filler_for(language)], filler=True),
+                heard_until=lambda: self._heard_until,
+                delay=self.tool_filler_seconds,
+            )
             try:
                 async with contextlib.aclosing(self._agent_events()) as events:
                     async for event in events:
@@ -499,23 +438,18 @@ class TurnRunner:
                                 chunker = new_chunker()
                                 self.relay.flush_text()
                             case ToolCallStarted():
-                                said.running.add(event.tool_use_id)
+                                said.tool_started(event.tool_use_id)
                                 queue.put_nowait(self._tool_start(event))
-                                delay = self.tool_filler_seconds
-                                if delay and said.in_round and filling is None:
-                                    filling = asyncio.create_task(fill_after_preamble(delay))
+                                fillers.tool_started()
                             case ToolCallEnded():
                                 said.tool_ended(event.tool_use_id)
                                 queue.put_nowait(self._tool_end(event))
-                                if not said.running and filling is not None:
-                                    filling.cancel()
-                                    filling = None
-                            case ToolsStillRunning() if said.in_round == 0 and not said.filled:
-                                await fill()
+                                fillers.tool_ended()
+                            case ToolsStillRunning():
+                                await fillers.still_running()
                 await say(chunker.finish())
             finally:
-                if filling is not None:
-                    filling.cancel()
+                fillers.close()
             sent.put_nowait(None)
 
         async def audio_task() -> None:
@@ -523,7 +457,8 @@ class TurnRunner:
                 async for item in self._request_audio(request_id):
                     queue.put_nowait(item)
 
-        async with contextlib.aclosing(_merge(queue, [text_task(), audio_task()])) as merged:
+        producers = [text_task(), audio_task()]
+        async with contextlib.aclosing(in_arrival_order(queue, producers)) as merged:
             async for item in merged:
                 yield item
 
@@ -535,15 +470,19 @@ class TurnRunner:
 
     def _tool_end(self, event: ToolCallEnded) -> ToolEnd:
         return ToolEnd(
-            turn_id=self.spec.turn_id, tool_use_id=event.tool_use_id, name=event.name,
-            status=event.status, ms=event.ms, result=event.reply if self.show_tool_data else None,
-        )  # fmt: skip
+            turn_id=self.spec.turn_id,
+            tool_use_id=event.tool_use_id,
+            name=event.name,
+            status=event.status,
+            ms=event.ms,
+            result=event.reply if self.show_tool_data else None,
+        )
 
     async def _send_sentence(
         self,
         sentence: str,
-        said: _Said,
-        queue: asyncio.Queue[BaseModel | bytes | BaseException | None],
+        said: ToolRound,
+        queue: asyncio.Queue[Item | BaseException | None],
         sent: asyncio.Queue[str | None],
         filler: bool = False,
     ) -> None:
@@ -553,164 +492,36 @@ class TurnRunner:
         queue.put_nowait(Sentence(turn_id=self.spec.turn_id, index=said.index, text=sentence))
         # The first sentence of a round (the turn's, or the first after its tools) is what the
         # listener waits for: cut early, like the turn's first.
-        request_id = await (await self._speech()).send(
-            sentence,
-            voice=self.spec.voice,
-            speed=self.spec.speed,
-            fast_start=self.chunking.fast_start and cut_early(sentence, said.in_round),
-            word_timings=self.spec.word_timings or None,
-        )
-        said.index += 1
-        said.in_round += 1
-        self._request_ids.append(request_id)
-        self._requests[request_id] = _Spoken(sentence, said.round, filler)
+        request_id = await self._request_speech(sentence, cut_early(sentence, said.in_round))
+        said.spoke()
+        self._audio.requested(request_id, SpokenRequest(sentence, said.round, filler))
         sent.put_nowait(request_id)
 
-    async def _speak_events(self) -> AsyncIterator[BaseModel | bytes]:
+    async def _speak_events(self) -> AsyncIterator[Item]:
         assert self.text is not None
         text = " ".join(to_speech_text(self.text).split())
         if not text:
             return  # only emoji or markup: nothing to say, and the turn completes silent
         self._clock.mark("sentence")
         yield Sentence(turn_id=self.spec.turn_id, index=0, text=text)
-        speech = await self._speech()
-        request_id = await speech.send(
-            text, voice=self.spec.voice, speed=self.spec.speed,
-            fast_start=self.chunking.fast_start,
-            word_timings=self.spec.word_timings or None,
-        )  # fmt: skip
-        self._request_ids.append(request_id)
-        self._requests[request_id] = _Spoken(text, 0, False)
+        request_id = await self._request_speech(text, early=True)
+        self._audio.requested(request_id, SpokenRequest(text, round=0, filler=False))
         async for item in self._request_audio(request_id):
             yield item
 
-    async def _request_audio(self, request_id: str) -> AsyncIterator[Words | bytes]:
-        """One speech request's audio, each ``words`` frame before the audio it times, its
-        times moved from the request's audio to the turn's (the audio of every request before
-        it); its words kept for the history of a cut turn.
-
-        A request answered without word timings (the client turned them off, or a speech server
-        that does not give them) gets its words spread evenly over its audio, for the history
-        alone: what LiveKit does without TTS timings, close enough to cut at a word."""
-        spoken = self._requests[request_id]
-        at = self._audio_queued  # samples of the turn's audio before this request's
-        timed = False
+    async def _request_speech(self, text: str, early: bool) -> str:
+        """Send ``text`` to the speech server in the turn's voice; ``early``: cut its first
+        clause off early, if the turn's chunking does (``fast_start``)."""
         speech = await self._speech()
-        async for event in speech.events(request_id, idle_timeout=self.speech_timeout):
-            if isinstance(event, WordsFrame) and event.words:
-                timed = True
-                words = [
-                    WordTiming(text=w.text, start_ms=_ms(at + w.start), end_ms=_ms(at + w.end))
-                    for w in event.words
-                ]
-                self._words += [
-                    TurnWord(word.text, word.end_ms, spoken.round, spoken.filler) for word in words
-                ]
-                if self.spec.word_timings:
-                    yield Words(turn_id=self.spec.turn_id, words=words)
-            elif isinstance(event, AudioChunk):
-                self._audio_queued += len(event.pcm) // SAMPLE_WIDTH
-                yield event.pcm
-        if not timed:
-            written = spoken.text.split()
-            step = (self._audio_queued - at) / max(1, len(written))
-            self._words += [
-                TurnWord(word, _ms(at + (index + 1) * step), spoken.round, spoken.filler)
-                for index, word in enumerate(written)
-            ]
+        return await speech.send(
+            text,
+            voice=self.spec.voice,
+            speed=self.spec.speed,
+            fast_start=self.chunking.fast_start and early,
+            word_timings=self.spec.word_timings or None,
+        )
 
-
-# How long a pause after the preamble's audio may last while a tool still runs before the filler
-# fills it: a breath between sentences is ~0.25-0.5 s; longer reads as a dead line.
-QUIET_BEFORE_FILLER = 0.5
-
-# A later sentence this long takes the engine longer than the audio queued before it usually
-# lasts (bench: a 41-word sentence after two short ones left a 2.4 s silence on 2 cores).
-LONG_SENTENCE_WORDS = 24
-
-
-def cut_early(sentence: str, index: int) -> bool:
-    """Whether the speech server should cut this sentence's first clause off early
-    (``fast_start``): the first sentence, for the first audio; a long later one, so that its
-    first audio is ready before the audio already queued runs out. Other sentences are spoken
-    whole, as they sound best."""
-    return index == 0 or len(sentence.split()) > LONG_SENTENCE_WORDS
-
-
-@dataclass
-class _Said:
-    """What an answer has spoken: sentences in all (their index), sentences since its last round
-    of tool calls ended (none: the listener is waiting), and the calls still running."""
-
-    index: int = 0
-    in_round: int = 0
-    running: set[str] = field(default_factory=set)
-    filled: bool = False  # this round's filler was spoken
-    round: int = 0  # the answer's rounds: one model message each (its tool calls end a round)
-
-    def tool_ended(self, tool_use_id: str) -> None:
-        self.running.discard(tool_use_id)
-        if not self.running:
-            self.in_round = 0  # the answer to the results starts a new round
-            self.filled = False
-            self.round += 1
-
-
-@dataclass(frozen=True)
-class _Spoken:
-    """What a speech request says, for the words it is timed with."""
-
-    text: str
-    round: int
-    filler: bool
-
-
-def _ms(samples: float) -> float:
-    """Samples of 24 kHz audio as milliseconds (0.1 ms: finer than any word boundary)."""
-    return round(samples * 1000 / SAMPLE_RATE, 1)
-
-
-class _WholeAnswer:
-    """Batch's chunker: nothing until the end or a tool call, then all of it as one text."""
-
-    def __init__(self) -> None:
-        self._parts: list[str] = []
-
-    def feed(self, fragment: str) -> list[str]:
-        self._parts.append(fragment)
-        return []
-
-    def finish(self) -> list[str]:
-        text = " ".join(to_speech_text("".join(self._parts)).split())
-        self._parts = []
-        return [text] if text else []
-
-
-async def _merge(
-    queue: asyncio.Queue[Any], producers: list[Any]
-) -> AsyncIterator[BaseModel | bytes]:
-    """Run the producers; yield what they queue in arrival order; re-raise their failures."""
-    tasks = [asyncio.create_task(producer) for producer in producers]
-    remaining = len(tasks)
-
-    def finished(task: asyncio.Task[None]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            queue.put_nowait(task.exception())
-        else:
-            queue.put_nowait(None)
-
-    for task in tasks:
-        task.add_done_callback(finished)
-    try:
-        while remaining:
-            item = await queue.get()
-            if item is None:
-                remaining -= 1
-            elif isinstance(item, BaseException):
-                raise item
-            else:
-                yield item
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    async def _request_audio(self, request_id: str) -> AsyncIterator[Words | bytes]:
+        speech = await self._speech()
+        async for item in self._audio.read(speech, request_id, idle_timeout=self.speech_timeout):
+            yield item
