@@ -32,7 +32,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from functions.worker_policy import SPEECH_ENGINES
+from functions.worker.policy import SPEECH_ENGINES
 from stacks.agent_runtime import VoiceAgentRuntime
 from stacks.speech import EndpointSettings, SpeechEndpoint, SpeechFoundation
 from stacks.speech_model_cache import SpeechModelCache

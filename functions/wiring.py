@@ -75,10 +75,12 @@ class Adapters:
         if self._tools is None or self._tools[0] is not settings:
             docs = (Path(settings.docs_path),) if settings.docs_path else DEFAULT_DOCS
             registry = sample_tools(
-                settings.tools, latency_seconds=settings.tool_latency_ms / 1000, docs=docs,
+                settings.tools,
+                latency_seconds=settings.tool_latency_ms / 1000,
+                docs=docs,
                 timeout_seconds=settings.tool_timeout_seconds,
                 knowledge_base_id=settings.knowledge_base_id,
-            )  # fmt: skip
+            )
             self._tools = (settings, registry)
         return self._tools[1]
 

@@ -98,10 +98,20 @@ def image_requirements(third_party: Iterable[str], versions: Mapping[str, str]) 
 def exported_constraints(root: Path = ROOT) -> str:
     """Every locked distribution of the project's runtime dependencies, as pip constraints."""
     exported = subprocess.run(
-        [*uv_command(), "export", "--frozen", "--no-hashes", "--no-dev", "--no-emit-project",
-         "--format", "requirements-txt"],
-        cwd=root, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            *uv_command(),
+            "export",
+            "--frozen",
+            "--no-hashes",
+            "--no-dev",
+            "--no-emit-project",
+            "--format",
+            "requirements-txt",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     if exported.returncode != 0:
         raise BundleError(f"uv export failed: {exported.stderr.strip()}")
     return exported.stdout
@@ -123,8 +133,9 @@ def stage_agent_image(output: Path, root: Path = ROOT) -> StagedImage:
     requirements = image_requirements(third_party, locked_versions(constraints))
     if output.exists() and any(output.iterdir()):
         if not (output / CONSTRAINTS).is_file() or not (output / "Dockerfile").is_file():
-            raise BundleError(f"{output} holds something else than a staged agent image: not "
-                              "emptying it")  # fmt: skip
+            raise BundleError(
+                f"{output} holds something else than a staged agent image: not emptying it"
+            )
         shutil.rmtree(output)
     output.mkdir(parents=True, exist_ok=True)
     shutil.copy2(root / DOCKERFILE.relative_to(ROOT), output / "Dockerfile")
@@ -152,8 +163,10 @@ def main(argv: list[str] | None = None) -> None:
         staged = stage_agent_image(args.directory)
     except BundleError as error:
         sys.exit(f"stacks.agent_image: {error}")
-    print(f"staged {len(staged.modules)} modules and {len(staged.requirements)} requirements in "
-          f"{staged.directory}")  # fmt: skip
+    print(
+        f"staged {len(staged.modules)} modules and {len(staged.requirements)} requirements in "
+        f"{staged.directory}"
+    )
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def agent_environment(settings: VoiceApiSettings, region: str) -> dict[str, str]
         # base64 text frames until a deployment has shown that AgentCore's /ws carries binary
         # ones (unverified: docs/deploy.md).
         "VOICEWIRE_AUDIO_DELIVERY": "binary" if settings.binary_audio else "base64",
-        # The worker's stall limit for the endpoint's engine (functions/worker_policy.py).
+        # The worker's stall limit for the endpoint's engine (functions/worker/policy.py).
         "VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS": (
             f"{settings.worker_policy.speech_chunk_timeout_seconds:g}"
         ),
@@ -140,16 +140,20 @@ class VoiceAgentRuntime(Stack):
         self._acknowledge_the_constructs_grants()
 
         self.runtime_arn = CfnOutput(
-            self, "RuntimeArn", value=self.runtime.agent_runtime_arn,
+            self,
+            "RuntimeArn",
+            value=self.runtime.agent_runtime_arn,
             description="agent-infra url --runtime-arn ARN signs a /ws URL for it",
-        )  # fmt: skip
+        )
         self.endpoint_arn = CfnOutput(
             self, "RuntimeEndpointArn", value=self.endpoint.agent_runtime_endpoint_arn
         )
         self.websocket_url = CfnOutput(
-            self, "WebSocketUrl", value=websocket_url(self.runtime.agent_runtime_arn),
+            self,
+            "WebSocketUrl",
+            value=websocket_url(self.runtime.agent_runtime_arn),
             description="unsigned: a client connects with SigV4 headers or a presigned URL",
-        )  # fmt: skip
+        )
 
     def _grant_agent_calls(self, settings: VoiceApiSettings) -> None:
         """What a turn calls, on exactly the resources it calls them on."""

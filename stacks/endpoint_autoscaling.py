@@ -94,9 +94,11 @@ class EndpointAutoscaling(Construct):
         if endpoint_name is None:
             raise ValueError("the endpoint needs a name the scaling target can refer to")
         log_group = logs.LogGroup(
-            self, "Logs", retention=logs.RetentionDays.ONE_MONTH,
+            self,
+            "Logs",
+            retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=RemovalPolicy.DESTROY,
-        )  # fmt: skip
+        )
         role = iam.Role(self, "Role", assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"))
         log_group.grant_write(role)
         endpoint_arn = stack.format_arn(
@@ -219,12 +221,18 @@ class EndpointAutoscaling(Construct):
             ),
         }
         self.before = CustomResource(
-            self, "Before", service_token=function.function_arn, resource_type=RESOURCE_TYPE,
+            self,
+            "Before",
+            service_token=function.function_arn,
+            resource_type=RESOURCE_TYPE,
             properties={**settings, "Phase": "before"},
-        )  # fmt: skip
+        )
         self.after = CustomResource(
-            self, "After", service_token=function.function_arn, resource_type=RESOURCE_TYPE,
+            self,
+            "After",
+            service_token=function.function_arn,
+            resource_type=RESOURCE_TYPE,
             properties={**settings, "Phase": "after"},
-        )  # fmt: skip
+        )
         endpoint.node.add_dependency(self.before)
         self.after.node.add_dependency(endpoint)

@@ -169,18 +169,46 @@ def build_bundle(
     with tempfile.TemporaryDirectory(prefix="voicewire-bundle-") as scratch:
         constraints = Path(scratch) / "constraints.txt"
         exported = subprocess.run(
-            [*uv_command(), "export", "--frozen", "--no-hashes", "--no-dev", "--no-emit-project",
-             "--format", "requirements-txt", "--output-file", str(constraints)],
-            cwd=root, capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                *uv_command(),
+                "export",
+                "--frozen",
+                "--no-hashes",
+                "--no-dev",
+                "--no-emit-project",
+                "--format",
+                "requirements-txt",
+                "--output-file",
+                str(constraints),
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
         if exported.returncode != 0:
             raise BundleError(f"uv export failed: {exported.stderr.strip()}")
         installed = subprocess.run(
-            [*uv_command(), "pip", "install", "--quiet", "--target", str(output),
-             "--python-platform", platform, "--python-version", python_version,
-             "--only-binary", ":all:", "--constraint", str(constraints), *requirements],
-            cwd=root, capture_output=True, text=True,
-        )  # fmt: skip
+            [
+                *uv_command(),
+                "pip",
+                "install",
+                "--quiet",
+                "--target",
+                str(output),
+                "--python-platform",
+                platform,
+                "--python-version",
+                python_version,
+                "--only-binary",
+                ":all:",
+                "--constraint",
+                str(constraints),
+                *requirements,
+            ],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        )
         if installed.returncode != 0:
             raise BundleError(f"uv pip install failed: {installed.stderr.strip()}")
     for module in modules:

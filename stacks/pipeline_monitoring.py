@@ -1,7 +1,7 @@
 """What an operator of the voice pipeline watches: the worker's EMF metrics on a dashboard, and
 alarms on what means users are not being answered.
 
-The worker publishes (``functions/turn_metrics.py``), in the ``voicewire`` namespace with the
+The worker publishes (``functions/worker/metrics.py``), in the ``voicewire`` namespace with the
 dimensions ``mode`` (bidi, batch, speak) and ``service``: ``TimeToFirstAudio``,
 ``TimeToFirstText``, ``TurnTotal``, ``SpeechSessionReady`` (ms), ``Turns_<status>``,
 ``SpeechSessions_<origin>``, ``WorkerJobsDropped``, ``TurnRecordsFailed``,
@@ -47,9 +47,12 @@ def summed(name: str, label: str) -> cloudwatch.MathExpression:
 
 class PipelineMonitoring(Construct):
     def __init__(
-        self, scope: Construct, construct_id: str, worker: lambda_.IFunction,
+        self,
+        scope: Construct,
+        construct_id: str,
+        worker: lambda_.IFunction,
         first_audio_alarm_ms: float = 3000.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(scope, construct_id)
         self.dashboard = cloudwatch.Dashboard(self, "Dashboard", dashboard_name="voicewire")
         self.dashboard.add_widgets(
@@ -81,36 +84,52 @@ class PipelineMonitoring(Construct):
         )
         self.alarms = [
             cloudwatch.Alarm(
-                self, "FailedTurns", metric=summed("Turns_failed", "failed turns"), threshold=5,
-                evaluation_periods=1, alarm_description="5 or more turns failed in 5 minutes",
+                self,
+                "FailedTurns",
+                metric=summed("Turns_failed", "failed turns"),
+                threshold=5,
+                evaluation_periods=1,
+                alarm_description="5 or more turns failed in 5 minutes",
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
             cloudwatch.Alarm(
-                self, "SlowFirstAudio", metric=turn_metric("TimeToFirstAudio", "bidi", "p90"),
-                threshold=first_audio_alarm_ms, evaluation_periods=3,
+                self,
+                "SlowFirstAudio",
+                metric=turn_metric("TimeToFirstAudio", "bidi", "p90"),
+                threshold=first_audio_alarm_ms,
+                evaluation_periods=3,
                 alarm_description="p90 time to first audio of bidi turns is slow for 15 minutes",
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
             cloudwatch.Alarm(
-                self, "WorkerErrors", metric=worker.metric_errors(period=PERIOD), threshold=1,
+                self,
+                "WorkerErrors",
+                metric=worker.metric_errors(period=PERIOD),
+                threshold=1,
                 evaluation_periods=1,
                 alarm_description="The worker raised: a turn was left to Lambda's retries",
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
             cloudwatch.Alarm(
-                self, "WorkerThrottles", metric=worker.metric_throttles(period=PERIOD),
-                threshold=1, evaluation_periods=1,
+                self,
+                "WorkerThrottles",
+                metric=worker.metric_throttles(period=PERIOD),
+                threshold=1,
+                evaluation_periods=1,
                 alarm_description="Workers were throttled: turns wait in Lambda's queue",
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
             cloudwatch.Alarm(
-                self, "TurnRecordsFailed", metric=summed("TurnRecordsFailed", "records failed"),
-                threshold=1, evaluation_periods=1,
+                self,
+                "TurnRecordsFailed",
+                metric=summed("TurnRecordsFailed", "records failed"),
+                threshold=1,
+                evaluation_periods=1,
                 alarm_description="A turn's end could not be written to DynamoDB",
                 comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
                 treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             ),
-        ]  # fmt: skip
+        ]

@@ -114,8 +114,12 @@ class SpeechFoundation(Stack):
             roles=[self.execution_role],
             statements=[
                 iam.PolicyStatement(
-                    actions=["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents",
-                             "logs:DescribeLogStreams"],
+                    actions=[
+                        "logs:CreateLogGroup",
+                        "logs:CreateLogStream",
+                        "logs:PutLogEvents",
+                        "logs:DescribeLogStreams",
+                    ],
                     resources=[endpoint_logs],
                 ),
                 # The container's own load figures, which the endpoint scales on
@@ -127,7 +131,7 @@ class SpeechFoundation(Stack):
                 ),
                 iam.PolicyStatement(actions=["ecr:GetAuthorizationToken"], resources=["*"]),
             ],
-        )  # fmt: skip
+        )
         acknowledge_wildcard(
             logging,
             self.resolve(endpoint_logs),
@@ -361,12 +365,14 @@ class SpeechEndpoint(Stack):
             )
         )
         endpoint = sagemaker.CfnEndpoint(
-            self, "Endpoint", endpoint_name=settings.endpoint_name,
+            self,
+            "Endpoint",
+            endpoint_name=settings.endpoint_name,
             endpoint_config_name=config.attr_endpoint_config_name,
             # An update (a new image, instance type, AMI) keeps the instance count autoscaling
             # reached, instead of going back to the config's initial count.
             retain_all_variant_properties=True,
-        )  # fmt: skip
+        )
         dimensions = {"EndpointName": settings.endpoint_name, "VariantName": VARIANT}
         # Registered around each endpoint update, so that an instance-type change deploys
         # (stacks/endpoint_autoscaling.py says how and why).
@@ -396,40 +402,61 @@ class SpeechEndpoint(Stack):
             ],
         )
         errors = cloudwatch.Metric(
-            namespace="AWS/SageMaker", metric_name="Invocation5XXErrors",
-            dimensions_map=dimensions, statistic="Sum", period=Duration.minutes(5),
-        )  # fmt: skip
+            namespace="AWS/SageMaker",
+            metric_name="Invocation5XXErrors",
+            dimensions_map=dimensions,
+            statistic="Sum",
+            period=Duration.minutes(5),
+        )
         cloudwatch.Alarm(
-            self, "InvocationErrors", metric=errors, threshold=1, evaluation_periods=1,
+            self,
+            "InvocationErrors",
+            metric=errors,
+            threshold=1,
+            evaluation_periods=1,
             comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description="The speech endpoint answered with 5xx errors",
-        )  # fmt: skip
+        )
         # What a listener waits for, as the container measures it (load_metrics.FIRST_AUDIO):
         # SageMaker's ModelLatency times an invocation, and a bidirectional session is one
         # invocation however many answers it carries.
         first_audio = cloudwatch.Metric(
-            namespace=LOAD_METRICS_NAMESPACE, metric_name=FIRST_AUDIO,
-            dimensions_map=dimensions, statistic="p90", period=Duration.minutes(5),
-        )  # fmt: skip
+            namespace=LOAD_METRICS_NAMESPACE,
+            metric_name=FIRST_AUDIO,
+            dimensions_map=dimensions,
+            statistic="p90",
+            period=Duration.minutes(5),
+        )
         cloudwatch.Alarm(
-            self, "FirstAudioP90", metric=first_audio, threshold=settings.first_audio_alarm,
-            evaluation_periods=3, treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            self,
+            "FirstAudioP90",
+            metric=first_audio,
+            threshold=settings.first_audio_alarm,
+            evaluation_periods=3,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description=f"Answers' first audio is slow: p90 over "
             f"{settings.first_audio_alarm} ms from the speech server, for 15 minutes (answers "
             "queue behind one another: docs/capacity.md)",
-        )  # fmt: skip
+        )
         busy = cloudwatch.Metric(
-            namespace=LOAD_METRICS_NAMESPACE, metric_name=ENGINE_BUSY,
-            dimensions_map=dimensions, statistic="Maximum", period=Duration.minutes(1),
-        )  # fmt: skip
+            namespace=LOAD_METRICS_NAMESPACE,
+            metric_name=ENGINE_BUSY,
+            dimensions_map=dimensions,
+            statistic="Maximum",
+            period=Duration.minutes(1),
+        )
         cloudwatch.Alarm(
-            self, "EngineSaturated", metric=busy, threshold=95, evaluation_periods=5,
+            self,
+            "EngineSaturated",
+            metric=busy,
+            threshold=95,
+            evaluation_periods=5,
             treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
             alarm_description="An instance's speech engine has been busy over 95% for 5 minutes: "
             "its listeners' audio queues (docs/capacity.md); the fleet is at its maximum or "
             "scaling is not keeping up",
-        )  # fmt: skip
+        )
         CfnOutput(self, "EndpointName", value=settings.endpoint_name)
 
 

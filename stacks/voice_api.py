@@ -8,7 +8,7 @@
 
 The functions run the code of ``functions/`` unchanged, from one asset built without Docker
 (``stacks/lambda_bundle.py``). The worker's timeout and asynchronous-invocation settings come
-from ``functions/worker_policy.py`` for the speech endpoint's engine: the values the worker's
+from ``functions/worker/policy.py`` for the speech endpoint's engine: the values the worker's
 idempotency design relies on.
 
 Two settings depend on the account and the deployment, and ``agent-infra deploy`` sets them:
@@ -53,9 +53,9 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from functions.access.tickets import TOKEN_SECRET_PARAMETER
 from functions.adapters.session_table import PARTITION_KEY, SORT_KEY, TTL_ATTRIBUTE
-from functions.auth_tokens import TOKEN_SECRET_PARAMETER
-from functions.worker_policy import WorkerPolicy, worker_policy_for
+from functions.worker.policy import WorkerPolicy, worker_policy_for
 from stacks import scaling_targets as scaling
 from stacks.lambda_bundle import LAMBDA_PLATFORM, LAMBDA_PYTHON, ROOT, build_bundle
 from stacks.nag_findings import acknowledge_wildcard
@@ -79,7 +79,7 @@ class VoiceApiSettings:
     )
     token_parameter_name: str = TOKEN_SECRET_PARAMETER
     stage_name: str = "prod"
-    # Browser origins that may connect (empty: any); see functions/origins.py.
+    # Browser origins that may connect (empty: any); see functions/access/origins.py.
     allowed_origins: tuple[str, ...] = ()
     max_turns_per_minute: int = 30  # per connection
     max_speech_seconds_per_turn: float = 360.0
@@ -224,9 +224,12 @@ class VoiceApi(Stack):
         )
         policy = settings.worker_policy
         self.worker = self._function(
-            "Worker", "worker", code, timeout=Duration.seconds(policy.timeout_seconds),
+            "Worker",
+            "worker",
+            code,
+            timeout=Duration.seconds(policy.timeout_seconds),
             memory=1024,
-        )  # fmt: skip
+        )
         self.worker.add_environment(
             "VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS", f"{policy.speech_chunk_timeout_seconds:g}"
         )
@@ -404,9 +407,11 @@ class VoiceApi(Stack):
         and acknowledged, since creating the stage would fail (docs/aws-facts.md)."""
         if self.settings.access_logs:
             group = logs.LogGroup(
-                self, "AccessLogs", retention=logs.RetentionDays.ONE_MONTH,
+                self,
+                "AccessLogs",
+                retention=logs.RetentionDays.ONE_MONTH,
                 removal_policy=RemovalPolicy.DESTROY,
-            )  # fmt: skip
+            )
             return StageAccessLogs(group)
         Annotations.of(self).add_warning_v2(
             "voicewire:no-access-logs",
@@ -427,9 +432,11 @@ class VoiceApi(Stack):
     ) -> lambda_.Function:
         settings = self.settings
         log_group = logs.LogGroup(
-            self, f"{name}Logs", retention=logs.RetentionDays.ONE_MONTH,
+            self,
+            f"{name}Logs",
+            retention=logs.RetentionDays.ONE_MONTH,
             removal_policy=RemovalPolicy.DESTROY,
-        )  # fmt: skip
+        )
         # Its own role, allowed to write its own log group: not the managed
         # AWSLambdaBasicExecutionRole, which may write to every log group of the account.
         role = iam.Role(

@@ -44,28 +44,34 @@ def serve(account: Account) -> LoopbackServer:
             if path.startswith("/foundation-model-availability/"):
                 model = path.removeprefix("/foundation-model-availability/")
                 account.calls.append(f"GetFoundationModelAvailability {model}")
-                self._json(200, {
-                    "modelId": model,
-                    "agreementAvailability": {"status": account.agreement},
-                    "authorizationStatus": account.authorization,
-                    "entitlementAvailability": account.entitlement,
-                    "regionAvailability": account.region,
-                })  # fmt: skip
+                self._json(
+                    200,
+                    {
+                        "modelId": model,
+                        "agreementAvailability": {"status": account.agreement},
+                        "authorizationStatus": account.authorization,
+                        "entitlementAvailability": account.entitlement,
+                        "regionAvailability": account.region,
+                    },
+                )
             elif path.rstrip("/") == "/2016-08-19/account-settings":
                 account.calls.append("GetAccountSettings")
                 unreserved = account.lambda_unreserved
-                self._json(200, {
-                    "AccountLimit": {
-                        "TotalCodeSize": 80530636800,
-                        "CodeSizeUnzipped": 262144000,
-                        "CodeSizeZipped": 52428800,
-                        "ConcurrentExecutions": account.lambda_concurrency,
-                        "UnreservedConcurrentExecutions": (
-                            account.lambda_concurrency if unreserved is None else unreserved
-                        ),
+                self._json(
+                    200,
+                    {
+                        "AccountLimit": {
+                            "TotalCodeSize": 80530636800,
+                            "CodeSizeUnzipped": 262144000,
+                            "CodeSizeZipped": 52428800,
+                            "ConcurrentExecutions": account.lambda_concurrency,
+                            "UnreservedConcurrentExecutions": (
+                                account.lambda_concurrency if unreserved is None else unreserved
+                            ),
+                        },
+                        "AccountUsage": {"TotalCodeSize": 0, "FunctionCount": 0},
                     },
-                    "AccountUsage": {"TotalCodeSize": 0, "FunctionCount": 0},
-                })  # fmt: skip
+                )
             elif path == "/use-case-for-model-access":
                 account.calls.append("GetUseCaseForModelAccess")
                 if account.use_case_submitted:
@@ -81,10 +87,15 @@ def serve(account: Account) -> LoopbackServer:
             if target == "ServiceQuotasV20190624.ListServiceQuotas":
                 account.calls.append(f"ListServiceQuotas {body['ServiceCode']}")
                 quotas = [
-                    {"ServiceCode": "sagemaker", "QuotaName": name, "Value": value,
-                     "QuotaCode": f"L-{index:08X}", "Adjustable": True}
+                    {
+                        "ServiceCode": "sagemaker",
+                        "QuotaName": name,
+                        "Value": value,
+                        "QuotaCode": f"L-{index:08X}",
+                        "Adjustable": True,
+                    }
                     for index, (name, value) in enumerate(account.quotas.items())
-                ]  # fmt: skip
+                ]
                 self._json(200, {"Quotas": quotas}, "application/x-amz-json-1.1")
             elif self.path.endswith("/converse"):
                 account.calls.append(f"Converse {unquote(self.path.split('/')[2])}")
@@ -92,12 +103,17 @@ def serve(account: Account) -> LoopbackServer:
                     self._error(403, *account.converse_error)
                 else:
                     account.agreement = "AVAILABLE"  # the first invocation subscribes
-                    self._json(200, {
-                        "output": {"message": {"role": "assistant", "content": [{"text": "OK"}]}},
-                        "stopReason": "max_tokens",
-                        "usage": {"inputTokens": 3, "outputTokens": 1, "totalTokens": 4},
-                        "metrics": {"latencyMs": 120},
-                    })  # fmt: skip
+                    self._json(
+                        200,
+                        {
+                            "output": {
+                                "message": {"role": "assistant", "content": [{"text": "OK"}]}
+                            },
+                            "stopReason": "max_tokens",
+                            "usage": {"inputTokens": 3, "outputTokens": 1, "totalTokens": 4},
+                            "metrics": {"latencyMs": 120},
+                        },
+                    )
             else:
                 self._error(404, "UnknownOperationException", self.path)
 

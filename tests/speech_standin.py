@@ -87,10 +87,15 @@ class SpeechProcess:
 
     def start(self, ready_within: float = 60) -> SpeechProcess:
         self.process = subprocess.Popen(
-            [sys.executable, str(HERE / "speech_standin.py"), str(self.port),
-             str(self.seconds_per_chunk)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                str(HERE / "speech_standin.py"),
+                str(self.port),
+                str(self.seconds_per_chunk),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + ready_within
         while True:
             try:

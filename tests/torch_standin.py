@@ -146,9 +146,14 @@ def fake_modules(
 
         def __call__(self, text: str, voice: Tensor, speed: float, split_pattern: object):
             calls.spoken.append(
-                {"lang": self.lang_code, "text": text, "voice": voice, "speed": speed,
-                 "split_pattern": split_pattern}
-            )  # fmt: skip
+                {
+                    "lang": self.lang_code,
+                    "text": text,
+                    "voice": voice,
+                    "speed": speed,
+                    "split_pattern": split_pattern,
+                }
+            )
             # Two segments and an empty one, as KPipeline yields past 510 phonemes: cut after
             # the first sentence when there are two.
             first, _, rest = text.partition(". ")

@@ -30,7 +30,7 @@ from functions.adapters.replay_llm import ReplayBedrockClient
 from functions.adapters.session_table import create_table
 from functions.adapters.table_items import dynamodb_client
 from functions.adapters.turn_ledger import TurnRecord
-from functions.agent_loop import BedrockAgent
+from functions.agent.loop import BedrockAgent
 from functions.handlers.connect import connect
 from functions.handlers.messages import handle_message
 from functions.settings import Settings
@@ -126,7 +126,7 @@ async def run_turn(
     def runner_for(speech) -> TurnRunner:
         agent = given_agent() if callable(given_agent) else given_agent
         if agent is None and llm is not None and mode != "speak":
-            # The built-in loop, as turn_assembly builds it (with the tools, if any).
+            # The built-in loop, as functions.turn.assembly builds it (with the tools, if any).
             config = tools.tool_config() if tools is not None else None
             request = converse_request("replay", [], prompt, tool_config=config)
             agent = BedrockAgent(llm, request, tools)
@@ -240,8 +240,11 @@ class DynamoDBStandin:
                         "message": "The level of configured provisioned throughput for the "
                         "table was exceeded. (stand-in)",
                     }
-                    self._answer(400, {"Content-Type": "application/x-amz-json-1.0"},
-                                 json.dumps(error).encode())  # fmt: skip
+                    self._answer(
+                        400,
+                        {"Content-Type": "application/x-amz-json-1.0"},
+                        json.dumps(error).encode(),
+                    )
                     return
                 upstream = http.client.HTTPConnection(
                     standin.upstream.hostname, standin.upstream.port, timeout=10
@@ -347,19 +350,26 @@ class WorkerWorld:
         settings = self.adapters.settings
         env = {
             **os.environ,
-            "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_REGION": "us-east-1",
+            "AWS_ACCESS_KEY_ID": "local",
+            "AWS_SECRET_ACCESS_KEY": "local",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_REGION": "us-east-1",
             "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb.url,
             "VOICEWIRE_TABLE": settings.table_name,
             "VOICEWIRE_SPEECH_TARGET": settings.speech_target,
-            "VOICEWIRE_LLM": "replay", "VOICEWIRE_BEDROCK_MODEL_ID": "replay",
+            "VOICEWIRE_LLM": "replay",
+            "VOICEWIRE_BEDROCK_MODEL_ID": "replay",
             "VOICEWIRE_CALLBACK_URL": settings.callback_url or "",
-        }  # fmt: skip
+        }
         process = subprocess.Popen(
             [sys.executable, "-c", WORKER_PROCESS, request_id],
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
-            env=env, cwd=Path(__file__).resolve().parent.parent,
-        )  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
         assert process.stdin is not None
         process.stdin.write(json.dumps(job))
         process.stdin.close()

@@ -55,11 +55,13 @@ _EMOJI_RANGES = (
     (0x1F000, 0x1FAFF),  # mahjong .. symbols and pictographs extended-A (skin tones included)
     (0x2600, 0x27BF),  # miscellaneous symbols, dingbats
     (0x2B00, 0x2BFF),  # stars, squares, circles
-    (0x231A, 0x231B), (0x23E9, 0x23FA), (0x25AA, 0x25FE),
+    (0x231A, 0x231B),
+    (0x23E9, 0x23FA),
+    (0x25AA, 0x25FE),
     (0xFE0E, 0xFE0F),  # variation selectors 15/16
     (0x20E3, 0x20E3),  # combining keycap
     (0xE0020, 0xE007F),  # tags (subdivision flags)
-)  # fmt: skip
+)
 _ZERO_WIDTH_JOINER = "\u200d"
 
 

@@ -181,8 +181,11 @@ async def _follow_turn(
             if turn_id is not None and result.end is None:
                 # This client does not play audio: the audio received is the most that can have
                 # been heard, and the agent keeps no more than that of the answer.
-                cancel = {"action": "cancel", "turn_id": turn_id,
-                          "heard_ms": heard_ms_of(len(result.audio))}  # fmt: skip
+                cancel = {
+                    "action": "cancel",
+                    "turn_id": turn_id,
+                    "heard_ms": heard_ms_of(len(result.audio)),
+                }
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(websocket.send(json.dumps(cancel)), 2)
             raise

@@ -113,15 +113,17 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     ask.add_argument("--voice")
     ask.add_argument("--speed", type=float)
     ask.add_argument(
-        "--sse", action="store_true",
+        "--sse",
+        action="store_true",
         help="ask as the seed's client does: POST /invocations of an AgentCore Runtime app "
         "(voicewire up --front-door agentcore), its answer as server-sent events",
-    )  # fmt: skip
+    )
     ask.add_argument(
-        "--session-id", metavar="ID",
+        "--session-id",
+        metavar="ID",
         help="with --sse: the AgentCore runtime session (33-256 characters) whose history the "
         "answer follows (default: a new session)",
-    )  # fmt: skip
+    )
 
     demo = commands.add_parser(
         "demo", help="voicewire's bidi against the seed's pipeline: first text, first audio, total"
@@ -144,10 +146,11 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
         one.add_argument("--plot", help="also draw them in this PNG")
         one.add_argument("--url", help="a running stack's WebSocket URL (default: start one)")
         one.add_argument(
-            "--mint-tickets", action="store_true",
+            "--mint-tickets",
+            action="store_true",
             help="with --url of a deployed API that takes connect tickets: mint one per "
             "connection from the deployed secret, as agent-infra token does (AWS credentials)",
-        )  # fmt: skip
+        )
         add_stack_arguments(one)
         one.set_defaults(speech_port=0, runtime_port=0, speech_link="sagemaker")
 

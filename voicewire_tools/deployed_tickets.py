@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from botocore.exceptions import BotoCoreError
 
-from functions.auth_tokens import TOKEN_SECRET_PARAMETER
+from functions.access.tickets import TOKEN_SECRET_PARAMETER
 from voicewire_tools.commands.cdk_runner import InfraError
 
 
@@ -31,7 +31,7 @@ def deployed_secret() -> str:
 
 def deployed_token(ttl: int, principal: str) -> str:
     """One connect ticket, good for one connection within ``ttl`` seconds (at most 600)."""
-    from functions.auth_tokens import mint_token
+    from functions.access.tickets import mint_token
 
     return mint_token(deployed_secret(), principal, ttl)
 
@@ -41,7 +41,7 @@ def ticket_minter(principal: str, required: bool = False) -> Callable[[], str | 
     API without tickets (the local stack) needs none: when the secret cannot be read (no
     deployment, no credentials), it says so once and gives None, and connections go without.
     required: the secret is read now, and InfraError says why it cannot be."""
-    from functions.auth_tokens import mint_token
+    from functions.access.tickets import mint_token
 
     secret: list[str | None] = [deployed_secret()] if required else []
 

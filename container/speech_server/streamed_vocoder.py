@@ -255,9 +255,11 @@ class TextSide:
         words = [
             s
             for index, s in enumerate(starts)
-            if 0 < s < self.frames and tokens is not None and index < len(tokens)
+            if 0 < s < self.frames
+            and tokens is not None
+            and index < len(tokens)
             and int(tokens[index]) in WORD_BOUNDARY_TOKENS
-        ]  # fmt: skip
+        ]
         return phonemes, words
 
 

@@ -183,8 +183,9 @@ class WordTimer:
         words = []
         while self._told < len(self._plan) and self._plan[self._told].stop <= len(self._runs):
             word = self._plan[self._told]
-            words.append(SpokenWord(word.text, self._runs[word.first].start,
-                                    self._runs[word.stop - 1].end))  # fmt: skip
+            words.append(
+                SpokenWord(word.text, self._runs[word.first].start, self._runs[word.stop - 1].end)
+            )
             self._told += 1
         return words
 
@@ -224,9 +225,11 @@ BAND_RUNS = 6
 
 
 def _aligned(
-    written: Sequence[str], alone: Sequence[list[str]], counts: Sequence[int],
+    written: Sequence[str],
+    alone: Sequence[list[str]],
+    counts: Sequence[int],
     run_texts: Sequence[str],
-) -> list[WordRuns]:  # fmt: skip
+) -> list[WordRuns]:
     """Each written word takes the consecutive runs (0 to ``MOST_RUNS_PER_WORD``) whose
     phonemes best match its own phonemized alone; the runs in order, all of them used (dynamic
     programming, within ``BAND_RUNS`` of where the counts put each word)."""
@@ -251,9 +254,10 @@ def _aligned(
                     continue
                 heard = "".join(run_texts[j - k : j])
                 similarity = (
-                    1.0 if expected == heard
+                    1.0
+                    if expected == heard
                     else difflib.SequenceMatcher(None, expected, heard).ratio()
-                )  # fmt: skip
+                )
                 if before + 1.0 - similarity < best[i][j]:
                     best[i][j], taken[i][j] = before + 1.0 - similarity, k
     if best[n][m] == inf:  # no alignment within the band: the whole chunk as one "word"

@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 
-from functions.auth_tokens import mint_token  # noqa: E402
+from functions.access.tickets import mint_token  # noqa: E402
 
 SAMPLE_SECRET = "voicewire-sample-secret-do-not-deploy"
 CONNECTION_ID = "Vw1SampleConnId="

@@ -156,15 +156,28 @@ def message(
         name, given = tool
         stop_reason = "tool_use"
         start = {"toolUse": {"toolUseId": tool_use_id, "name": name}}
-        events.append({"at_ms": round(at, 1), "event": {
-            "contentBlockStart": {"start": start, "contentBlockIndex": 1}}})  # fmt: skip
+        events.append(
+            {
+                "at_ms": round(at, 1),
+                "event": {"contentBlockStart": {"start": start, "contentBlockIndex": 1}},
+            }
+        )
         written = json.dumps(given)
         cut = len(written) // 2
         for fragment in (written[:cut], written[cut:]):
             at += 1000 / rng.uniform(40, 80)
             count += 1
-            events.append({"at_ms": round(at, 1), "event": {"contentBlockDelta": {
-                "delta": {"toolUse": {"input": fragment}}, "contentBlockIndex": 1}}})  # fmt: skip
+            events.append(
+                {
+                    "at_ms": round(at, 1),
+                    "event": {
+                        "contentBlockDelta": {
+                            "delta": {"toolUse": {"input": fragment}},
+                            "contentBlockIndex": 1,
+                        }
+                    },
+                }
+            )
         events.append(
             {"at_ms": round(at, 1), "event": {"contentBlockStop": {"contentBlockIndex": 1}}}
         )

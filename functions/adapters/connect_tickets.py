@@ -1,5 +1,5 @@
 """Connect tickets used once: the record that makes a replayed ticket fail (the authorizer's
-check, after ``functions.auth_tokens`` verified the ticket itself)."""
+check, after ``functions.access.tickets`` verified the ticket itself)."""
 
 from __future__ import annotations
 

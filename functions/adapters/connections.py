@@ -77,7 +77,12 @@ class Connections:
     def mark_gone(self, connection_id: str) -> str | None:
         """Mark the connection gone; returns its active turn id (to cancel), if any."""
         old = self.table.update(
-            connection_id, CONNECTION_SORT_KEY, "SET #status = :gone",
-            {":gone": "gone"}, "attribute_exists(pk)", {"#status": "status"}, "ALL_OLD",
-        )  # fmt: skip
+            connection_id,
+            CONNECTION_SORT_KEY,
+            "SET #status = :gone",
+            {":gone": "gone"},
+            "attribute_exists(pk)",
+            {"#status": "status"},
+            "ALL_OLD",
+        )
         return None if old is None else old.get("active_turn_id")

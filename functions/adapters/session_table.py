@@ -40,7 +40,7 @@ DEFAULT_TABLE_NAME = "voicewire-sessions"
 # The sort keys, and the partition key's prefix of a ticket: deployed data, never renamed.
 CONNECTION_SORT_KEY = "connection"
 TURN_SORT_KEY_PREFIX = "turn#"
-TICKET_KEY_PREFIX = "ticket#"  # a used connect ticket's jti (functions/auth_tokens.py)
+TICKET_KEY_PREFIX = "ticket#"  # a used connect ticket's jti (functions/access/tickets.py)
 TICKET_SORT_KEY = "ticket"
 # How long a connection's items live: API Gateway's 2 h connection limit, and some slack.
 SESSION_SECONDS = 2 * 3600 + 600

@@ -43,7 +43,7 @@ from functions.conversation.state import (
 )
 from voicewire.client_protocol import Timings
 
-# What a worker counts of a turn it ran (``functions.worker_run``'s relay counts), each kept in
+# What a worker counts of a turn it ran (``functions.worker.run``'s relay counts), each kept in
 # an attribute of its name: the only names ``TurnLedger.finish`` writes.
 TURN_COUNTS = ("audio_bytes", "audio_frames", "frames", "bytes_sent")
 
@@ -138,17 +138,28 @@ class TurnLedger:
         window = int((now or time.time()) // 60)
         values = {":one": 1, ":window": window, ":limit": limit}
         for _ in range(2):  # a concurrent writer may open the new window between the writes
-            if self.table.update(
-                connection_id, CONNECTION_SORT_KEY, "SET rate_count = rate_count + :one",
-                values, "rate_window = :window AND rate_count < :limit",
-            ) is not None:  # fmt: skip
+            if (
+                self.table.update(
+                    connection_id,
+                    CONNECTION_SORT_KEY,
+                    "SET rate_count = rate_count + :one",
+                    values,
+                    "rate_window = :window AND rate_count < :limit",
+                )
+                is not None
+            ):
                 return True
-            if self.table.update(
-                connection_id, CONNECTION_SORT_KEY, "SET rate_window = :window, rate_count = :one",
-                {":one": 1, ":window": window},
-                "attribute_exists(pk) AND (attribute_not_exists(rate_window)"
-                " OR rate_window <> :window)",
-            ) is not None:  # fmt: skip
+            if (
+                self.table.update(
+                    connection_id,
+                    CONNECTION_SORT_KEY,
+                    "SET rate_window = :window, rate_count = :one",
+                    {":one": 1, ":window": window},
+                    "attribute_exists(pk) AND (attribute_not_exists(rate_window)"
+                    " OR rate_window <> :window)",
+                )
+                is not None
+            ):
                 return True
         return False
 
@@ -236,18 +247,28 @@ class TurnLedger:
                 connection_id, turn_id, "cancelled", expect=("starting", "running")
             )
         cancelled = self.table.update(
-            connection_id, TURN_SORT_KEY_PREFIX + turn_id,
+            connection_id,
+            TURN_SORT_KEY_PREFIX + turn_id,
             "SET #status = :status, heard_ms = :heard",
-            {":status": "cancelled", ":heard": heard_ms, ":starting": "starting",
-             ":running": "running"},
-            "#status IN (:starting, :running)", {"#status": "status"},
-        )  # fmt: skip
+            {
+                ":status": "cancelled",
+                ":heard": heard_ms,
+                ":starting": "starting",
+                ":running": "running",
+            },
+            "#status IN (:starting, :running)",
+            {"#status": "status"},
+        )
         return cancelled is not None
 
     def claim(
-        self, connection_id: str, turn_id: str, claimant: str, lease_seconds: float,
+        self,
+        connection_id: str,
+        turn_id: str,
+        claimant: str,
+        lease_seconds: float,
         now: float | None = None,
-    ) -> Claim:  # fmt: skip
+    ) -> Claim:
         """Make ``claimant`` (a worker invocation) the one worker of this turn.
 
         The first claim wins whatever the turn's status: a turn cancelled before any worker
@@ -329,9 +350,13 @@ class TurnLedger:
         key = TURN_SORT_KEY_PREFIX + turn_id
         names = {"#status": "status"}
         ended = self.table.update(
-            connection_id, key, "SET #status = :status, " + ", ".join(sets), values, condition,
+            connection_id,
+            key,
+            "SET #status = :status, " + ", ".join(sets),
+            values,
+            condition,
             names,
-        )  # fmt: skip
+        )
         final: TurnStatus = status
         if ended is None:
             del values[":status"], values[":running"]
@@ -352,20 +377,26 @@ class TurnLedger:
             TURN_SORT_KEY_PREFIX + turn_id,
             "SET #status = :failed, error_code = :code, ended_at = :now",
             {
-                ":failed": "failed", ":code": error_code, ":now": time.time(),
-                ":starting": "starting", ":running": "running",
+                ":failed": "failed",
+                ":code": error_code,
+                ":now": time.time(),
+                ":starting": "starting",
+                ":running": "running",
             },
             "#status IN (:starting, :running)",
             {"#status": "status"},
-        )  # fmt: skip
+        )
         self._clear_active(connection_id, turn_id)
         return failed is not None
 
     def _clear_active(self, connection_id: str, turn_id: str) -> None:
         self.table.update(
-            connection_id, CONNECTION_SORT_KEY, "REMOVE active_turn_id", {":turn": turn_id},
+            connection_id,
+            CONNECTION_SORT_KEY,
+            "REMOVE active_turn_id",
+            {":turn": turn_id},
             "active_turn_id = :turn",
-        )  # fmt: skip
+        )
 
     def _set_status(
         self, connection_id: str, turn_id: str, status: str, expect: tuple[str, ...]

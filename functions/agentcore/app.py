@@ -17,7 +17,7 @@ Both routes key the conversation by AgentCore's runtime session id (the
 ``X-Amzn-Bedrock-AgentCore-Runtime-Session-Id`` header): the history of an SSE ask is there for
 the next one, and for a ``/ws`` connection of the same session.
 
-The turn is the Lambda worker's (``functions.turn_assembly``: the same agent, chunker, speech
+The turn is the Lambda worker's (``functions.turn.assembly``: the same agent, chunker, speech
 session and relay). Every turn runs on one loop of its own (``functions.environment_loop``),
 whichever route it came from: the SDK runs async generators on its worker loop and WebSockets on
 uvicorn's, and a speech session kept warm for the next turn belongs to the loop that opened it.
@@ -122,10 +122,14 @@ def build_app(adapters: Callable[[], Adapters] = current_adapters) -> BedrockAge
                     break
                 body = message.get("text")
                 if body is None:
-                    await sink.send(dump_control(ErrorFrame(
-                        code=ErrorCode.INVALID_JSON,
-                        message="send actions as JSON text frames, not binary ones",
-                    )).decode())  # fmt: skip
+                    await sink.send(
+                        dump_control(
+                            ErrorFrame(
+                                code=ErrorCode.INVALID_JSON,
+                                message="send actions as JSON text frames, not binary ones",
+                            )
+                        ).decode()
+                    )
                     continue
                 await on_turn_loop(_handle(conversation, body, sink, delivery, app))
         except WebSocketDisconnect:
@@ -139,9 +143,12 @@ def build_app(adapters: Callable[[], Adapters] = current_adapters) -> BedrockAge
 
 
 async def _handle(
-    conversation: Conversation, body: str, sink: WebSocketSink, delivery: str,
+    conversation: Conversation,
+    body: str,
+    sink: WebSocketSink,
+    delivery: str,
     app: BedrockAgentCoreApp,
-) -> None:  # fmt: skip
+) -> None:
     """One client message of ``/ws``, on the turns' loop."""
 
     async def tell(frame: BaseModel) -> None:
@@ -170,8 +177,12 @@ async def _handle(
 
 
 def _relay(sink: FrameSink, delivery: str, text_flush: str | None, turn: int) -> Relay:
-    return Relay(sink, turn, delivery,  # type: ignore[arg-type]
-                 text_flush=text_flush or "interval")  # fmt: skip
+    return Relay(
+        sink,
+        turn,
+        delivery,  # type: ignore[arg-type]
+        text_flush=text_flush or "interval",
+    )
 
 
 CALLER_LEFT = "voicewire.caller_left"  # the ASGI scope's key for what to do then

@@ -30,7 +30,7 @@ from functions.conversation.history import SpokenExchange
 from functions.conversation.state import DuplicateTurn, MemoryConversation
 from functions.observability import logger
 from functions.turn import TurnOutcome, TurnRunner, TurnSpec
-from functions.turn_assembly import answering_agent, hand_back, session_of, turn_runner
+from functions.turn.assembly import answering_agent, hand_back, session_of, turn_runner
 from functions.wiring import Adapters
 from voicewire.client_protocol import (
     AskAction,
@@ -109,9 +109,14 @@ class Conversation:
             await tell(ErrorFrame(code=ErrorCode.INVALID_FIELD, turn_id=turn_id, message=used))
             return None
         if admission.verdict == rules.Admission.OVER_LIMIT:
-            await tell(ErrorFrame(code=ErrorCode.TOO_MANY_TURNS, turn_id=action.turn_id,
-                                  message=f"this session started {limit} turns this minute, its "
-                                  "limit; wait a little"))  # fmt: skip
+            await tell(
+                ErrorFrame(
+                    code=ErrorCode.TOO_MANY_TURNS,
+                    turn_id=action.turn_id,
+                    message=f"this session started {limit} turns this minute, its "
+                    "limit; wait a little",
+                )
+            )
             return None
         started = admission.turn
         assert started is not None  # admitted
@@ -121,17 +126,22 @@ class Conversation:
             # what was heard before this turn's agent reads the history.
             replaced.cancelled.set()
             await self._wait_for(replaced, REPLACED_TURN_WAIT_SECONDS)
-            logger.info("barge-in: previous turn cancelled", turn_id=replaced.turn_id,
-                        heard_ms=action.heard_ms)  # fmt: skip
+            logger.info(
+                "barge-in: previous turn cancelled",
+                turn_id=replaced.turn_id,
+                heard_ms=action.heard_ms,
+            )
         turn = ActiveTurn(turn_id, started.turn, mode, asyncio.Event(), self.state, client=client)
-        spec = TurnSpec(turn_id, turn.turn, mode, accepted_at, action.voice, action.speed,
-                        action.word_timings)  # fmt: skip
+        spec = TurnSpec(
+            turn_id, turn.turn, mode, accepted_at, action.voice, action.speed, action.word_timings
+        )
         self.active = turn
         turn.task = asyncio.create_task(
             self._run(turn, spec, action, relay_for(turn.turn)), name=f"turn-{turn_id}"
         )
-        logger.info("turn accepted", session_id=self.session_id, turn_id=turn_id,
-                    turn=turn.turn, mode=mode)  # fmt: skip
+        logger.info(
+            "turn accepted", session_id=self.session_id, turn_id=turn_id, turn=turn.turn, mode=mode
+        )
         return turn
 
     async def cancel(self, action: CancelAction, tell: Callable[[Any], Any]) -> None:
@@ -146,8 +156,11 @@ class Conversation:
             case rules.CancelVerdict.CANCELLED:
                 if self.active is not None and self.active.turn_id == outcome.turn_id:
                     self.active.cancelled.set()
-                logger.info("turn cancelled by the client", turn_id=outcome.turn_id,
-                            heard_ms=action.heard_ms)  # fmt: skip
+                logger.info(
+                    "turn cancelled by the client",
+                    turn_id=outcome.turn_id,
+                    heard_ms=action.heard_ms,
+                )
             case rules.CancelVerdict.CUT:
                 logger.info("history cut to what was heard", heard_ms=action.heard_ms)
 
@@ -179,14 +192,25 @@ class Conversation:
             if isinstance(action, AskAction):
                 agent = answering_agent(adapters, list(self.history), action.prompt)
             text = action.text if isinstance(action, SpeakAction) else None
-            runner = turn_runner(spec, relay, speech, turn.cancelled, adapters.settings,
-                                 agent=agent, text=text, chunking=adapters.chunking)  # fmt: skip
+            runner = turn_runner(
+                spec,
+                relay,
+                speech,
+                turn.cancelled,
+                adapters.settings,
+                agent=agent,
+                text=text,
+                chunking=adapters.chunking,
+            )
             outcome = await runner.run(tell_end=False)
         except Exception:  # the agent could not be built: the turn still ends, and says why
             logger.exception("the turn could not start", turn_id=turn.turn_id)
             outcome = TurnOutcome("failed", Timings(total_ms=_ms_since(spec.accepted_at)))
-            outcome.error = ErrorFrame(code=ErrorCode.INTERNAL_ERROR, turn_id=turn.turn_id,
-                                       message="the turn could not start")  # fmt: skip
+            outcome.error = ErrorFrame(
+                code=ErrorCode.INTERNAL_ERROR,
+                turn_id=turn.turn_id,
+                message="the turn could not start",
+            )
             await tell_unstarted(relay, spec, outcome)
         finally:
             ready = await hand_back(adapters.speech_sessions, acquiring, speech, outcome, runner)
@@ -199,11 +223,16 @@ class Conversation:
             await runner.tell_end(outcome)
         await relay.close()
         logger.info(
-            "turn ended", session_id=self.session_id, turn_id=turn.turn_id, status=outcome.status,
-            timings=outcome.timings.model_dump(), heard_ms=self.state.heard_ms(turn.turn_id),
+            "turn ended",
+            session_id=self.session_id,
+            turn_id=turn.turn_id,
+            status=outcome.status,
+            timings=outcome.timings.model_dump(),
+            heard_ms=self.state.heard_ms(turn.turn_id),
             speech_session=ready.origin if ready else None,
-            audio_bytes=relay.audio_bytes, audio_frames=relay.audio_frames,
-        )  # fmt: skip
+            audio_bytes=relay.audio_bytes,
+            audio_frames=relay.audio_frames,
+        )
         return outcome
 
     def _keep(self, turn: ActiveTurn, prompt: str, outcome: TurnOutcome) -> None:

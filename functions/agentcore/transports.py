@@ -136,8 +136,7 @@ class SeedEvents:
         the audio's start and end are known here)."""
         match frame.get("type"):
             case "turn_start":
-                return [{"type": "agent_start", "turn_id": frame["turn_id"],
-                         "mode": frame["mode"]}]  # fmt: skip
+                return [{"type": "agent_start", "turn_id": frame["turn_id"], "mode": frame["mode"]}]
             case "text_delta":
                 return [{"type": "text_delta", "text": frame["text"]}]
             case "audio":
@@ -145,9 +144,12 @@ class SeedEvents:
                 if not self._audio_started:
                     self._audio_started = True
                     events.append(
-                        {"type": "audio_stream_start", "format": "pcm16",
-                         "sample_rate": SAMPLE_RATE}
-                    )  # fmt: skip
+                        {
+                            "type": "audio_stream_start",
+                            "format": "pcm16",
+                            "sample_rate": SAMPLE_RATE,
+                        }
+                    )
                 events.append({"type": "audio_chunk", "data": frame["data"]})
                 return events
             case "error":

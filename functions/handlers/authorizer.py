@@ -10,10 +10,10 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from functions.auth_tokens import InvalidToken, verify_token
+from functions.access.origins import origin_allowed
+from functions.access.tickets import InvalidToken, verify_token
 from functions.events import AuthorizerEvent
 from functions.observability import logger
-from functions.origins import origin_allowed
 from functions.wiring import Adapters, current_adapters
 
 

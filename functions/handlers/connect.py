@@ -7,9 +7,9 @@ from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from functions.access.origins import origin_allowed
 from functions.events import ConnectEvent
 from functions.observability import logger
-from functions.origins import origin_allowed
 from functions.wiring import Adapters, current_adapters
 
 

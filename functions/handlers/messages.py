@@ -26,7 +26,7 @@ from functions.conversation.state import ConversationClosed, DuplicateTurn
 from functions.events import MessageEvent
 from functions.observability import logger
 from functions.wiring import Adapters, current_adapters
-from functions.worker_job import WorkerJob
+from functions.worker.job import WorkerJob
 from voicewire.aws_domains import dns_suffix
 from voicewire.client_protocol import (
     AskAction,
@@ -62,9 +62,13 @@ def callback_url(event: MessageEvent, adapters: Adapters) -> str:
 
 
 def send_error(
-    adapters: Adapters, url: str, connection_id: str, code: ErrorCode, message: str,
+    adapters: Adapters,
+    url: str,
+    connection_id: str,
+    code: ErrorCode,
+    message: str,
     turn_id: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     tell(adapters, url, connection_id, [ErrorFrame(code=code, message=message, turn_id=turn_id)])
 
 
@@ -115,9 +119,13 @@ def cancel(adapters: Adapters, url: str, connection_id: str, action: CancelActio
         case rules.CancelVerdict.UNKNOWN_TURN:
             named = f"turn {action.turn_id!r}" if action.turn_id else "a turn"
             send_error(
-                adapters, url, connection_id, ErrorCode.UNKNOWN_TURN,
-                f"{named} is not running on this connection", action.turn_id,
-            )  # fmt: skip
+                adapters,
+                url,
+                connection_id,
+                ErrorCode.UNKNOWN_TURN,
+                f"{named} is not running on this connection",
+                action.turn_id,
+            )
         case rules.CancelVerdict.CANCELLED:
             logger.info(
                 "turn cancelled by the client", turn_id=outcome.turn_id, heard_ms=action.heard_ms
@@ -125,9 +133,12 @@ def cancel(adapters: Adapters, url: str, connection_id: str, action: CancelActio
 
 
 def refuse_over_limit(
-    adapters: Adapters, url: str, connection_id: str, action: AskAction | SpeakAction,
+    adapters: Adapters,
+    url: str,
+    connection_id: str,
+    action: AskAction | SpeakAction,
     turn_id: str,
-) -> None:  # fmt: skip
+) -> None:
     """The connection started its limit of turns this minute (or is gone): nothing is recorded
     or started, and an active turn goes on."""
     connection = adapters.connections.get(connection_id)
@@ -136,10 +147,13 @@ def refuse_over_limit(
         return
     limit = adapters.settings.max_turns_per_minute
     send_error(
-        adapters, url, connection_id, ErrorCode.TOO_MANY_TURNS,
+        adapters,
+        url,
+        connection_id,
+        ErrorCode.TOO_MANY_TURNS,
         f"this connection started {limit} turns this minute, its limit; wait a little",
         action.turn_id,
-    )  # fmt: skip
+    )
     logger.info("turn refused: turns per minute", turn_id=turn_id, limit=limit)
 
 
@@ -155,14 +169,22 @@ def start_turn(
     conversation = adapters.conversation(connection_id)
     try:
         admission = rules.start_turn(
-            conversation, turn_id, mode, action.heard_ms,
-            limit=adapters.settings.max_turns_per_minute, now=accepted_at,
-        )  # fmt: skip
+            conversation,
+            turn_id,
+            mode,
+            action.heard_ms,
+            limit=adapters.settings.max_turns_per_minute,
+            now=accepted_at,
+        )
     except DuplicateTurn:
         send_error(
-            adapters, url, connection_id, ErrorCode.INVALID_FIELD,
-            f"turn_id {turn_id!r} was already used on this connection", turn_id,
-        )  # fmt: skip
+            adapters,
+            url,
+            connection_id,
+            ErrorCode.INVALID_FIELD,
+            f"turn_id {turn_id!r} was already used on this connection",
+            turn_id,
+        )
         return
     except ConversationClosed:
         logger.info("turn refused: connection not open", turn_id=turn_id)
@@ -172,9 +194,13 @@ def start_turn(
         # not recorded must not run, and the client hears why rather than nothing.
         logger.exception("the turn could not be recorded", turn_id=turn_id)
         send_error(
-            adapters, url, connection_id, ErrorCode.STATE_UNAVAILABLE,
-            "the session state could not be written; the turn was not started", action.turn_id,
-        )  # fmt: skip
+            adapters,
+            url,
+            connection_id,
+            ErrorCode.STATE_UNAVAILABLE,
+            "the session state could not be written; the turn was not started",
+            action.turn_id,
+        )
         return
     if admission.verdict == rules.Admission.OVER_LIMIT:
         refuse_over_limit(adapters, url, connection_id, action, turn_id)
@@ -222,8 +248,11 @@ def start_turn(
             if isinstance(error, ClientError)
             else type(error).__name__
         )
-        error = ErrorFrame(code=ErrorCode.WORKER_UNAVAILABLE, turn_id=turn_id,
-                           message=f"the turn's worker could not be started ({code})")  # fmt: skip
+        error = ErrorFrame(
+            code=ErrorCode.WORKER_UNAVAILABLE,
+            turn_id=turn_id,
+            message=f"the turn's worker could not be started ({code})",
+        )
         named = turn_frames.TurnName(turn_id, turn.turn, mode)
         tell(adapters, url, connection_id, turn_frames.unspoken(named, "failed", error=error))
         return

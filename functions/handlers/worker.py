@@ -1,7 +1,7 @@
 """The worker: one asynchronous invocation per turn, from the message route.
 
 The handler parses the job, names the invocation (its request id claims the turn; its remaining
-time is the turn's deadline) and runs the job (``functions.worker_run``) on the execution
+time is the turn's deadline) and runs the job (``functions.worker.run``) on the execution
 environment's event loop, which outlives the invocation, so that a speech session kept for the
 next turn stays usable. The job always returns normally: a turn that fails still ends, and
 Lambda has nothing to retry.
@@ -16,10 +16,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from functions.environment_loop import run_in_environment
 from functions.observability import logger, metrics
-from functions.turn_guards import Invocation
 from functions.wiring import current_adapters
-from functions.worker_job import WorkerJob
-from functions.worker_run import run_job
+from functions.worker.guards import Invocation
+from functions.worker.job import WorkerJob
+from functions.worker.run import run_job
 from voicewire.speech_link import sagemaker_client
 
 # While Lambda initializes the environment, not on the first turn's critical path: importing

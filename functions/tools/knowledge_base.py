@@ -36,8 +36,13 @@ def retrieve_client(**client_kwargs: Any) -> Any:
 
 def _where(location: dict[str, Any]) -> str:
     """A result's source as a voice can name it: the file's name, else its URL or type."""
-    for key, field in (("s3Location", "uri"), ("webLocation", "url"), ("confluenceLocation", "url"),
-                       ("sharePointLocation", "url"), ("salesforceLocation", "url")):  # fmt: skip
+    for key, field in (
+        ("s3Location", "uri"),
+        ("webLocation", "url"),
+        ("confluenceLocation", "url"),
+        ("sharePointLocation", "url"),
+        ("salesforceLocation", "url"),
+    ):
         if key in location:
             return str(location[key].get(field, "")).rsplit("/", 1)[-1] or key
     return str(location.get("type", "the knowledge base")).lower()
@@ -67,10 +72,15 @@ def knowledge_base_tool(
         for result in answer.get("retrievalResults", []):
             opening = excerpt(result.get("content", {}).get("text", ""))
             score = round(float(result.get("score", 0)), 3)
-            matches.append({
-                "file": _where(result.get("location", {})), "heading": "", "excerpt": opening,
-                "summary": first_sentence(opening), "score": score,
-            })  # fmt: skip
+            matches.append(
+                {
+                    "file": _where(result.get("location", {})),
+                    "heading": "",
+                    "excerpt": opening,
+                    "summary": first_sentence(opening),
+                    "score": score,
+                }
+            )
         return {"query": given.query, "matches": matches}
 
     return Tool(

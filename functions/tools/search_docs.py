@@ -35,10 +35,14 @@ K1, B = 1.2, 0.75
 _WORD = re.compile(r"[a-z0-9][a-z0-9_\-]*")
 _HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
 # Words that say nothing about which section is meant (and the corpus's own name).
-_STOPWORDS = frozenset(re.findall(r"\S+", (
-    "a an and are as at be by can do does for from how i in is it of on or the this to what "
-    "when where which who why with voicewire docs doc documentation say says tell me about"
-)))  # fmt: skip
+_STOPWORDS = frozenset(
+    re.findall(
+        r"\S+",
+        "a an and are as at be by can do does for from how i in is it of on or the this to "
+        "what when where which who why with voicewire docs doc documentation say says tell me "
+        "about",
+    )
+)
 
 
 class SearchDocsInput(BaseModel):
@@ -114,8 +118,11 @@ class DocsIndex:
                 frequency = section.terms.get(term, 0)
                 if not frequency:
                     continue
-                rarity = math.log(1 + (count - self.document_frequency[term] + 0.5) /
-                                  (self.document_frequency[term] + 0.5))  # fmt: skip
+                rarity = math.log(
+                    1
+                    + (count - self.document_frequency[term] + 0.5)
+                    / (self.document_frequency[term] + 0.5)
+                )
                 norm = K1 * (1 - B + B * length / (self.average_length or 1))
                 score += rarity * frequency * (K1 + 1) / (frequency + norm)
             if score > 0 and len(excerpt(section.text).split()) >= MIN_EXCERPT_WORDS:
@@ -168,10 +175,15 @@ def search_docs_tool(
         for score, section in found:
             opening = excerpt(section.text)
             heading = spoken_heading(section.heading)
-            matches.append({
-                "file": section.file, "heading": heading, "excerpt": opening,
-                "summary": first_sentence(opening), "score": round(score, 2),
-            })  # fmt: skip
+            matches.append(
+                {
+                    "file": section.file,
+                    "heading": heading,
+                    "excerpt": opening,
+                    "summary": first_sentence(opening),
+                    "score": round(score, 2),
+                }
+            )
         return {"query": given.query, "matches": matches}
 
     return Tool(

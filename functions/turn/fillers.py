@@ -1,5 +1,5 @@
 """What an answer has said in its current round of tool calls, and when a slow tool's silence
-gets a short filler ("One moment.", in the voice's language: ``functions.tool_fillers``).
+gets a short filler ("One moment.", in the voice's language: ``functions.turn.filler_phrases``).
 
 The rule, once per round: a tool still running ``delay`` seconds after it started gets the
 filler at once if nothing was spoken in its round (no preamble); after a preamble, once the

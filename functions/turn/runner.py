@@ -41,7 +41,7 @@ from typing import Any
 from functions.adapters.frame_sink import ClientGone, RelayError
 from functions.adapters.llm import LlmError
 from functions.adapters.relay import Relay
-from functions.agent_events import (
+from functions.agent.events import (
     AgentEvent,
     AgentText,
     AgentTurn,
@@ -53,11 +53,11 @@ from functions.agent_events import (
 )
 from functions.conversation import turn_frames
 from functions.conversation.heard import TurnWord, estimated_heard_ms
-from functions.tool_fillers import filler_for
 from functions.turn.arrival import Item, in_arrival_order
 from functions.turn.audio_reader import SpokenRequest, TurnAudio, samples_ms
 from functions.turn.chunking import VOICEWIRE_CHUNKING, Chunking, WholeAnswer, cut_early
 from functions.turn.clock import TurnClock
+from functions.turn.filler_phrases import filler_for
 from functions.turn.fillers import ToolFillers, ToolRound
 from voicewire.chunker import Chunker
 from voicewire.client_protocol import (
@@ -128,7 +128,7 @@ class TurnRunner:
     relay: Relay
     speech: SpeechSource  # an open session, or one still opening
     cancelled: asyncio.Event
-    # ask: the agent that answers (the built-in loop, a Strands agent: turn_assembly builds it).
+    # ask: the agent that answers (the built-in loop, a Strands agent: ``assembly`` builds it).
     agent: AgentTurn | None = None
     text: str | None = None  # speak: the text
     # How the answer's text is cut into chunks, and the speech server told to cut the first

@@ -72,8 +72,12 @@ def handle(event: dict[str, Any], aws: dict[str, Any]) -> str:
             done = release(aws, target)
     logger.info(
         "%s %s (%s, endpoint config %s): %s",
-        request, phase, target["ResourceId"], settings["EndpointConfigName"], done,
-    )  # fmt: skip
+        request,
+        phase,
+        target["ResourceId"],
+        settings["EndpointConfigName"],
+        done,
+    )
     return done
 
 

@@ -13,7 +13,7 @@ import pytest
 from aws_control_standin import Account, serve
 from moto_endpoints import deploy_endpoint
 
-from functions.worker_policy import WorkerPolicy
+from functions.worker.policy import WorkerPolicy
 from voicewire_tools.commands import account_readiness as readiness
 from voicewire_tools.commands import deployed_endpoint
 
@@ -137,13 +137,24 @@ QUOTA = f"{GPU} for endpoint usage"
 
 @pytest.mark.parametrize(
     ("value", "ready", "blocks", "said"),
-    [(0.0, False, True, "needs 1 to start"),
-     (1.0, False, False, "no update would fit even at 1 running (it needs 2)"),
-     (2.0, True, False, "autoscaling stops at 2 of its 4; an update brings up a second fleet "
-                        "beside the first, so updates fit only while at most 1 run"),
-     (8.0, True, False, "autoscaling may run all 4; an update (a second fleet beside the first) "
-                        "fits even at 4")],
-)  # fmt: skip
+    [
+        (0.0, False, True, "needs 1 to start"),
+        (1.0, False, False, "no update would fit even at 1 running (it needs 2)"),
+        (
+            2.0,
+            True,
+            False,
+            "autoscaling stops at 2 of its 4; an update brings up a second fleet "
+            "beside the first, so updates fit only while at most 1 run",
+        ),
+        (
+            8.0,
+            True,
+            False,
+            "autoscaling may run all 4; an update (a second fleet beside the first) fits even at 4",
+        ),
+    ],
+)
 def test_a_first_deploy_needs_the_minimum_and_says_what_updates_will_need(
     control, value, ready, blocks, said
 ):
@@ -236,13 +247,23 @@ def push(tag: str, media_type: str) -> str:
     ecr = boto3.client("ecr", region_name="us-east-1")
     with contextlib.suppress(ecr.exceptions.RepositoryAlreadyExistsException):
         ecr.create_repository(repositoryName=REPOSITORY)
-    manifest = {"schemaVersion": 2, "mediaType": media_type, "tag": tag,
-                "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
-                           "size": 2, "digest": "sha256:" + "0" * 64}, "layers": []}  # fmt: skip
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": media_type,
+        "tag": tag,
+        "config": {
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+            "size": 2,
+            "digest": "sha256:" + "0" * 64,
+        },
+        "layers": [],
+    }
     image = ecr.put_image(
-        repositoryName=REPOSITORY, imageManifest=json.dumps(manifest), imageTag=tag,
+        repositoryName=REPOSITORY,
+        imageManifest=json.dumps(manifest),
+        imageTag=tag,
         imageManifestMediaType=media_type,
-    )["image"]  # fmt: skip
+    )["image"]
     return image["imageId"]["imageDigest"]
 
 
@@ -276,8 +297,11 @@ def test_an_image_that_is_not_there_is_one_sentence(aws):
         "account 123456789012 has no repository nowhere in us-east-1: push the image first"
     )
     push("v1", DOCKER_V2)
-    for reference, said in ((":v2", "the tag v2"), ("", "the tag latest"),
-                            ("@sha256:" + "1" * 64, "the digest sha256:111")):  # fmt: skip
+    for reference, said in (
+        (":v2", "the tag v2"),
+        ("", "the tag latest"),
+        ("@sha256:" + "1" * 64, "the digest sha256:111"),
+    ):
         finding = readiness.endpoint_image(session(), f"{REGISTRY}/{REPOSITORY}{reference}", "onnx")
         assert finding.blocks and f"has no image with {said}" in finding.detail
 
@@ -317,10 +341,14 @@ def test_reserved_concurrency_leaves_less_for_the_turns(control):
 
 
 def test_what_the_account_needs_is_one_block_of_lines():
-    text = readiness.render("123456789012", "us-east-1", [
-        readiness.Finding("API Gateway CloudWatch role", True, "arn:aws:iam::1:role/r"),
-        readiness.Finding("Bedrock model m", False, "not subscribed yet"),
-    ])  # fmt: skip
+    text = readiness.render(
+        "123456789012",
+        "us-east-1",
+        [
+            readiness.Finding("API Gateway CloudWatch role", True, "arn:aws:iam::1:role/r"),
+            readiness.Finding("Bedrock model m", False, "not subscribed yet"),
+        ],
+    )
     assert text.splitlines() == [
         "account 123456789012, us-east-1: 1 thing(s) still needed",
         "  ok    API Gateway CloudWatch role: arn:aws:iam::1:role/r",

@@ -13,7 +13,7 @@ from bedrock_standin import BedrockStandin, Script, answer, tool_call
 from pydantic import BaseModel
 
 from functions.adapters.llm import bedrock_client, converse_request
-from functions.agent_events import (
+from functions.agent.events import (
     AgentText,
     AnswerEnded,
     ToolCallEnded,
@@ -22,7 +22,7 @@ from functions.agent_events import (
     ToolsStillRunning,
     with_still_running,
 )
-from functions.agent_loop import BedrockAgent
+from functions.agent.loop import BedrockAgent
 from functions.conversation.history import INTERRUPTED
 from functions.tools import Tool, ToolRegistry, sample_tools
 
@@ -41,9 +41,11 @@ async def echo(given: Echo) -> dict:
 
 def client_for(standin: BedrockStandin):
     return bedrock_client(
-        region_name="us-east-1", endpoint_url=standin.url,
-        aws_access_key_id="x", aws_secret_access_key="y",
-    )  # fmt: skip
+        region_name="us-east-1",
+        endpoint_url=standin.url,
+        aws_access_key_id="x",
+        aws_secret_access_key="y",
+    )
 
 
 def agent_on(standin: BedrockStandin, tools: ToolRegistry, **request_options) -> BedrockAgent:
@@ -63,21 +65,40 @@ async def test_a_tool_round_runs_the_tool_and_sends_its_result_back():
         agent = agent_on(standin, registry(echo))
         events = await drain(agent)
     kinds = [type(event) for event in events]
-    assert kinds == [AgentText, ToolCallOpened, ToolCallStarted, ToolCallEnded,
-                     AgentText, AgentText, AnswerEnded]  # fmt: skip
+    assert kinds == [
+        AgentText,
+        ToolCallOpened,
+        ToolCallStarted,
+        ToolCallEnded,
+        AgentText,
+        AgentText,
+        AnswerEnded,
+    ]
     started = events[2]
     assert (started.name, started.input) == ("echo", {"word": "hi"})
     assert events[3].status == "ok" and events[3].reply == {"said": "hi"}
     assert agent.text == "Let me check. It said hi."  # a space where the rounds join
     # The second request carries the call and its result, as botocore serialized them.
     second = standin.requests[1]["messages"]
-    assert second[1] == {"role": "assistant", "content": [
-        {"text": "Let me check."},
-        {"toolUse": {"toolUseId": "tooluse_1", "name": "echo", "input": {"word": "hi"}}},
-    ]}  # fmt: skip
-    assert second[2] == {"role": "user", "content": [{"toolResult": {
-        "toolUseId": "tooluse_1", "content": [{"json": {"said": "hi"}}], "status": "success",
-    }}]}  # fmt: skip
+    assert second[1] == {
+        "role": "assistant",
+        "content": [
+            {"text": "Let me check."},
+            {"toolUse": {"toolUseId": "tooluse_1", "name": "echo", "input": {"word": "hi"}}},
+        ],
+    }
+    assert second[2] == {
+        "role": "user",
+        "content": [
+            {
+                "toolResult": {
+                    "toolUseId": "tooluse_1",
+                    "content": [{"json": {"said": "hi"}}],
+                    "status": "success",
+                }
+            }
+        ],
+    }
     assert standin.requests[1]["toolConfig"]["tools"][0]["toolSpec"]["name"] == "echo"
     assert agent.messages == [
         second[1],
@@ -171,10 +192,15 @@ async def test_rounds_are_bounded_and_the_history_answers_every_call():
     statuses = [e.status for e in events if isinstance(e, ToolCallEnded)]
     assert statuses == ["ok", "ok", "error"]
     assert isinstance(events[-1], AnswerEnded) and events[-1].stop_reason == "tool_use"
-    uses = [b["toolUse"]["toolUseId"] for m in agent.messages for b in m["content"]
-            if "toolUse" in b]  # fmt: skip
-    results = [b["toolResult"]["toolUseId"] for m in agent.messages for b in m["content"]
-               if "toolResult" in b]  # fmt: skip
+    uses = [
+        b["toolUse"]["toolUseId"] for m in agent.messages for b in m["content"] if "toolUse" in b
+    ]
+    results = [
+        b["toolResult"]["toolUseId"]
+        for m in agent.messages
+        for b in m["content"]
+        if "toolResult" in b
+    ]
     assert uses == results and len(uses) == 4
     assert agent.messages[-1]["role"] == "user"
 

@@ -6,7 +6,7 @@ import boto3
 import pytest
 from test_infra_cli import deploys, standin  # noqa: F401 (fixtures: deploy up to the CDK CLI)
 
-from functions.auth_tokens import TOKEN_SECRET_PARAMETER
+from functions.access.tickets import TOKEN_SECRET_PARAMETER
 from voicewire_tools.commands import agent_infra
 
 

@@ -24,9 +24,14 @@ from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
 SESSION_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
 SEED_EVENTS = {
-    "agent_start", "text_delta", "audio_stream_start", "audio_chunk", "audio_stream_end",
-    "agent_end", "error",
-}  # fmt: skip
+    "agent_start",
+    "text_delta",
+    "audio_stream_start",
+    "audio_chunk",
+    "audio_stream_end",
+    "agent_end",
+    "error",
+}
 WEATHER = "Tell me something about the weather."  # a replayed recording (events/llm): 679 chars
 # Its short one (63 chars): for what needs a whole spoken turn, not a long one.
 HELLO = "Hello, who are you?"
@@ -101,8 +106,9 @@ async def test_ws_sends_binary_audio_frames_or_base64_when_asked(runtime):
 
 
 async def test_invocations_stream_the_seeds_events(runtime):
-    events = await invoke(runtime, {"prompt": WEATHER, "mode": "bidi", "voice": "af_heart"},
-                          session_id())  # fmt: skip
+    events = await invoke(
+        runtime, {"prompt": WEATHER, "mode": "bidi", "voice": "af_heart"}, session_id()
+    )
     types = [event["type"] for event in events]
     assert set(types) <= SEED_EVENTS  # a client written for the seed meets nothing new
     assert types[0] == "agent_start" and types[-1] == "agent_end"
@@ -151,8 +157,16 @@ async def test_a_barge_in_cuts_the_answer_to_what_was_heard(runtime):
             frame = await asyncio.wait_for(socket.recv(), 60)
             if isinstance(frame, bytes):
                 break
-        await socket.send(json.dumps({"action": "ask", "prompt": "Hello, who are you?",
-                                      "turn_id": "second", "heard_ms": 300}))  # fmt: skip
+        await socket.send(
+            json.dumps(
+                {
+                    "action": "ask",
+                    "prompt": "Hello, who are you?",
+                    "turn_id": "second",
+                    "heard_ms": 300,
+                }
+            )
+        )
         ends = {}
         while len(ends) < 2:
             frame = await asyncio.wait_for(socket.recv(), 60)
@@ -168,10 +182,15 @@ async def test_a_barge_in_cuts_the_answer_to_what_was_heard(runtime):
 
 async def test_a_caller_that_leaves_mid_answer_stops_its_turn(runtime):
     session = session_id()
-    async with httpx.AsyncClient(timeout=60) as client, client.stream(
-        "POST", f"{runtime.base_url}/invocations",
-        json={"prompt": WEATHER}, headers={SESSION_HEADER: session},
-    ) as response:  # fmt: skip
+    async with (
+        httpx.AsyncClient(timeout=60) as client,
+        client.stream(
+            "POST",
+            f"{runtime.base_url}/invocations",
+            json={"prompt": WEATHER},
+            headers={SESSION_HEADER: session},
+        ) as response,
+    ):
         decoder = SseDecoder()
         async for chunk in response.aiter_bytes():
             if any(e["type"] == "audio_chunk" for e in decoder.feed(chunk)):
@@ -197,10 +216,23 @@ def test_voicewire_up_front_door_agentcore_answers_ask_over_ws_and_sse(tmp_path)
     port = free_port()
     cli = [sys.executable, "-m", "voicewire_tools.cli"]
     process = subprocess.Popen(
-        [*cli, "up", "--front-door", "agentcore", "--port", str(port),
-         "--speech-port", str(free_port()), "--runtime-port", str(free_port())],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=os.environ,
-    )  # fmt: skip
+        [
+            *cli,
+            "up",
+            "--front-door",
+            "agentcore",
+            "--port",
+            str(port),
+            "--speech-port",
+            str(free_port()),
+            "--runtime-port",
+            str(free_port()),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=os.environ,
+    )
     try:
         lines = []
         deadline = time.monotonic() + 120
@@ -213,8 +245,10 @@ def test_voicewire_up_front_door_agentcore_answers_ask_over_ws_and_sse(tmp_path)
             out = tmp_path / f"answer{len(extra)}.wav"
             asked = subprocess.run(
                 [*cli, "ask", HELLO, "--url", url, "--out", str(out), *extra],
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert asked.returncode == 0, asked.stdout + asked.stderr
             assert first_audio in asked.stdout
             with wave.open(str(out)) as answer:
@@ -222,8 +256,10 @@ def test_voicewire_up_front_door_agentcore_answers_ask_over_ws_and_sse(tmp_path)
         assert "per second of audio" in asked.stdout  # --sse: what base64 in JSON costs
         refused = subprocess.run(
             [*cli, "up", "--front-door", "agentcore", "--tokens", "--port", str(free_port())],
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert refused.returncode != 0 and "AgentCore Runtime authenticates" in refused.stderr
     finally:
         process.send_signal(signal.SIGINT)
@@ -238,16 +274,18 @@ async def test_bench_ttfa_compares_the_seeds_modes_over_both_routes(runtime, tmp
 
     results = await ttfa.run_agentcore_trials(runtime.ws_url, runtime, ["short"], 1)
     rows = results["short"]
-    assert set(rows) == {f"{m}/{t}" for m in ("seed_batch", "seed_bidi", "bidi")
-                         for t in ("ws", "sse")}  # fmt: skip
+    assert set(rows) == {
+        f"{m}/{t}" for m in ("seed_batch", "seed_bidi", "bidi") for t in ("ws", "sse")
+    }
     assert all(turns[0].status == "complete" and turns[0].audio for turns in rows.values())
     assert {e.kind for e in rows["bidi/sse"][0].events} <= SEED_EVENTS
     assert "sentence" in {e.kind for e in rows["bidi/ws"][0].events}
     assert runtime.adapters.chunking is VOICEWIRE_CHUNKING  # switched back afterwards
     data = ttfa.report(results, describe_machine({"engine": "onnx"}), 1)
     data["front_door"] = "agentcore"
-    weight = {row: figures["bytes_per_audio_second"]["median"]
-              for row, figures in data["modes"].items()}  # fmt: skip
+    weight = {
+        row: figures["bytes_per_audio_second"]["median"] for row, figures in data["modes"].items()
+    }
     # binary PCM is 48,000 bytes a second plus its headers; base64 in JSON a third more
     assert 48_000 < weight["bidi/ws"] < 50_000
     assert weight["bidi/sse"] > 4 / 3 * 48_000

@@ -132,9 +132,14 @@ def test_the_runtime_runs_the_arm64_image_built_from_the_staged_context(template
     context = directory / image["source"]["directory"]
     top = {path.name for path in context.iterdir()}
     assert top == {
-        "Dockerfile", "requirements.txt", "constraints.txt", "functions", "voicewire",
-        "README.md", "docs",
-    }  # fmt: skip
+        "Dockerfile",
+        "requirements.txt",
+        "constraints.txt",
+        "functions",
+        "voicewire",
+        "README.md",
+        "docs",
+    }
     assert (context / "Dockerfile").read_text() == DOCKERFILE.read_text()
     assert (context / "functions" / "agentcore" / "__main__.py").is_file()
     # What the agent does not reach stays out: the Lambda handlers, the speech server's code.
@@ -148,8 +153,9 @@ def test_the_runtime_is_public_http_with_agentcores_session_limits(template):
     assert runtime["NetworkConfiguration"] == {"NetworkMode": "PUBLIC"}
     assert runtime["ProtocolConfiguration"] == "HTTP"
     assert runtime["LifecycleConfiguration"] == {
-        "IdleRuntimeSessionTimeout": 900, "MaxLifetime": 8 * 3600,
-    }  # fmt: skip
+        "IdleRuntimeSessionTimeout": 900,
+        "MaxLifetime": 8 * 3600,
+    }
 
 
 def test_the_runtimes_environment_is_valid_settings_naming_the_model_and_the_speech_endpoint(
@@ -162,8 +168,10 @@ def test_the_runtimes_environment_is_valid_settings_naming_the_model_and_the_spe
     assert ours <= environment_variables(), ours - environment_variables()
     # The API's own settings have no meaning here: no table, no tickets, no origins.
     assert not ours & {
-        "VOICEWIRE_TABLE", "VOICEWIRE_TOKEN_SECRET_PARAMETER", "VOICEWIRE_ALLOWED_ORIGINS",
-    }  # fmt: skip
+        "VOICEWIRE_TABLE",
+        "VOICEWIRE_TOKEN_SECRET_PARAMETER",
+        "VOICEWIRE_ALLOWED_ORIGINS",
+    }
     assert variables["AWS_REGION"] == variables["AWS_DEFAULT_REGION"] == {"Ref": "AWS::Region"}
     resolved = {name: value for name, value in variables.items() if isinstance(value, str)}
     settings = Settings.from_env(resolved | {"AWS_REGION": "eu-west-1"})
@@ -195,9 +203,10 @@ def test_the_outputs_give_the_arns_and_the_ws_url_the_sdk_would_sign(template):
         "Fn::GetAtt": [endpoint, "AgentRuntimeEndpointArn"]
     }
     attributes = {
-        f"{runtime}.AgentRuntimeArn": SAMPLE_ARN, "AWS::Region": "eu-west-1",
+        f"{runtime}.AgentRuntimeArn": SAMPLE_ARN,
+        "AWS::Region": "eu-west-1",
         "AWS::URLSuffix": "amazonaws.com",
-    }  # fmt: skip
+    }
     url = resolve(outputs["WebSocketUrl"]["Value"], attributes)
     encoded = quote(SAMPLE_ARN, safe="")
     assert (
@@ -219,15 +228,17 @@ def test_the_role_may_call_the_model_the_speech_endpoint_and_the_knowledge_base_
     calls = next(statements for logical, statements in found.items() if "AgentCalls" in logical)
     ((model_statement),) = model
     assert sorted(model_statement["Action"]) == [
-        "bedrock:InvokeModel", "bedrock:InvokeModelWithResponseStream",
-    ]  # fmt: skip
+        "bedrock:InvokeModel",
+        "bedrock:InvokeModelWithResponseStream",
+    ]
     model_arns = json.dumps(model_statement["Resource"])
     assert f"inference-profile/{MODEL}" in model_arns
     assert ":bedrock:*::foundation-model/anthropic.claude-haiku-4-5" in model_arns
     speech, retrieve = calls
     assert sorted(speech["Action"]) == [
-        "sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithBidirectionalStream",
-    ]  # fmt: skip
+        "sagemaker:InvokeEndpoint",
+        "sagemaker:InvokeEndpointWithBidirectionalStream",
+    ]
     assert speech["Resource"]["Fn::Join"][1][-1] == ":endpoint/voicewire-kokoro-82m"
     assert retrieve["Action"] == "bedrock:Retrieve"
     assert retrieve["Resource"]["Fn::Join"][1][-1] == f":knowledge-base/{KNOWLEDGE_BASE}"
@@ -294,9 +305,11 @@ def test_cdk_nag_fails_the_synth_on_a_new_wildcard(tmp_path):
     built = app.build_app(str(tmp_path / "cdk.out"), context={"runtime": "agentcore"})
     stack = built.node.find_child("VoiceAgentRuntime")
     iam.Policy(
-        stack, "Extra", roles=[stack.runtime.role],
+        stack,
+        "Extra",
+        roles=[stack.runtime.role],
         statements=[iam.PolicyStatement(actions=["sagemaker:InvokeEndpoint"], resources=["*"])],
-    )  # fmt: skip
+    )
     with pytest.raises(RuntimeError, match="ValidationFailed"):
         built.synth()
     report = json.loads((tmp_path / "cdk.out" / "validation-report.json").read_text())
@@ -309,8 +322,9 @@ def test_cfn_lint_passes_on_the_runtime_template(assembly):
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run(
         [str(cfn_lint), "--ignore-checks", "W3005", "W3037", "--", str(path)],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -352,8 +366,13 @@ def test_the_dockerfile_copies_the_staged_context_only_and_installs_locked_wheel
         for source in arguments.split()[:-1]
     }
     assert sources == {
-        "requirements.txt", "constraints.txt", "functions/", "voicewire/", "README.md", "docs/",
-    }  # fmt: skip
+        "requirements.txt",
+        "constraints.txt",
+        "functions/",
+        "voicewire/",
+        "README.md",
+        "docs/",
+    }
     (install,) = [a for i, a in steps if i == "RUN" and "pip install" in a]
     assert "--only-binary=:all:" in install
     assert "--requirement requirements.txt" in install and "--constraint constraints.txt" in install
@@ -395,12 +414,27 @@ def test_staging_refuses_to_empty_a_directory_it_did_not_stage(tmp_path):
 def test_the_requirements_resolve_to_arm64_wheels(staged):
     """What the image's pip will install, resolved for the image's platform without Docker."""
     result = subprocess.run(
-        [*uv_command(), "pip", "compile", "--quiet", "--no-header",
-         "--python-platform", "aarch64-manylinux2014", "--python-version", "3.12",
-         "--only-binary", ":all:", "--constraint", str(staged.directory / "constraints.txt"),
-         str(staged.directory / "requirements.txt")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            *uv_command(),
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-header",
+            "--python-platform",
+            "aarch64-manylinux2014",
+            "--python-version",
+            "3.12",
+            "--only-binary",
+            ":all:",
+            "--constraint",
+            str(staged.directory / "constraints.txt"),
+            str(staged.directory / "requirements.txt"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     resolved = locked_versions(result.stdout)
     constraints = locked_versions((staged.directory / "constraints.txt").read_text())
@@ -419,26 +453,59 @@ def test_the_images_command_serves_ping_from_the_staged_context_alone(staged, tm
     distributions the image gets are enough for the app to start and answer /ping."""
     packages = tmp_path / "site"
     installed = subprocess.run(
-        [*uv_command(), "pip", "install", "--quiet", "--target", str(packages),
-         "--python-platform", "x86_64-manylinux2014", "--python-version", "3.12",
-         "--only-binary", ":all:", "--constraint", str(staged.directory / "constraints.txt"),
-         "--requirement", str(staged.directory / "requirements.txt")],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            *uv_command(),
+            "pip",
+            "install",
+            "--quiet",
+            "--target",
+            str(packages),
+            "--python-platform",
+            "x86_64-manylinux2014",
+            "--python-version",
+            "3.12",
+            "--only-binary",
+            ":all:",
+            "--constraint",
+            str(staged.directory / "constraints.txt"),
+            "--requirement",
+            str(staged.directory / "requirements.txt"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert installed.returncode == 0, installed.stderr
     port = free_port()
     environment = {
-        "PATH": os.environ["PATH"], "PYTHONPATH": str(packages), "HOME": str(tmp_path),
-        "VOICEWIRE_LLM": "bedrock", "VOICEWIRE_BEDROCK_MODEL_ID": MODEL,
-        "VOICEWIRE_SPEECH_TARGET": "voicewire-kokoro-82m", "AWS_REGION": "eu-west-1",
-        "AWS_DEFAULT_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "testing",
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(packages),
+        "HOME": str(tmp_path),
+        "VOICEWIRE_LLM": "bedrock",
+        "VOICEWIRE_BEDROCK_MODEL_ID": MODEL,
+        "VOICEWIRE_SPEECH_TARGET": "voicewire-kokoro-82m",
+        "AWS_REGION": "eu-west-1",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+        "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
-    }  # fmt: skip
+    }
     server = subprocess.Popen(
-        [sys.executable, "-S", "-m", "functions.agentcore", "--host", "127.0.0.1",
-         "--port", str(port)],
-        cwd=staged.directory, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-S",
+            "-m",
+            "functions.agentcore",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        cwd=staged.directory,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:

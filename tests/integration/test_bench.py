@@ -135,10 +135,13 @@ def test_stalls_reports_every_recording_and_judges_voicewires_modes(capsys):
     machine = {"cpu": "AMD EPYC", "cores": 2, "python": "3.12"}
 
     def judged(seed_bidi: TurnResult, bidi: TurnResult) -> tuple[bool, dict]:
-        data = {"machine": machine, "answers": {
-            name: stalls.report({"seed_bidi": [seed_bidi], "bidi": [bidi]}, machine)
-            for name in ("short", "long_markdown")
-        }}  # fmt: skip
+        data = {
+            "machine": machine,
+            "answers": {
+                name: stalls.report({"seed_bidi": [seed_bidi], "bidi": [bidi]}, machine)
+                for name in ("short", "long_markdown")
+            },
+        }
         return stalls.print_report(data), data
 
     met, data = judged(seed_bidi=late, bidi=clean)

@@ -206,13 +206,16 @@ async def test_the_page_shows_the_agent_working_while_a_tool_runs(stack, agent):
             await page.fill("#prompt", "What time is it in Paris?")
             await page.click("#ask")
             await until(
-                page, "document.getElementById('turn-summary').textContent"
-                ".includes('working: current_time')", within_ms=TURN,
-            )  # fmt: skip
+                page,
+                "document.getElementById('turn-summary').textContent"
+                ".includes('working: current_time')",
+                within_ms=TURN,
+            )
             await until(  # the chart's tools lane, drawn at its next frame
-                page, "[...document.querySelectorAll('#timeline .tool-name')]"
+                page,
+                "[...document.querySelectorAll('#timeline .tool-name')]"
                 ".map(e => e.textContent).join() === 'working: current_time'",
-            )  # fmt: skip
+            )
             await wait_turn(page, 1)
             summary = await page.inner_text("#turn-summary")
             assert "working" not in summary
@@ -465,9 +468,20 @@ async def test_the_pages_pause_rules_are_the_speech_servers():
     from speech_server.chunk_plan import pause_after
 
     chunks = [
-        "Hello there.", "Really?!", 'He said "stop."', "First, then", "so far,", "a list:",
-        "end…", "終わり。", "a cut between", "(aside)", "done.)", "x —", "",
-    ]  # fmt: skip
+        "Hello there.",
+        "Really?!",
+        'He said "stop."',
+        "First, then",
+        "so far,",
+        "a list:",
+        "end…",
+        "終わり。",
+        "a cut between",
+        "(aside)",
+        "done.)",
+        "x —",
+        "",
+    ]
     errors: list[str] = []
     with static_host(ROOT / "web") as host:
         async with chromium_page(errors) as page:
@@ -629,8 +643,11 @@ async def test_the_page_follows_the_voice_word_by_word_and_keeps_what_was_heard(
             " e.classList.contains('interrupted')])",
         )
         assert [(role, interrupted) for role, _, interrupted in remembered] == [
-            ("user", False), ("assistant", False), ("user", False), ("assistant", True),
-        ]  # fmt: skip
+            ("user", False),
+            ("assistant", False),
+            ("user", False),
+            ("assistant", True),
+        ]
         assert remembered[2][1] == "Tell me a story"
         # The same words as the transcript's before its mark: the page's rule is the server's.
         assert remembered[3][1] == " ".join(w["text"] for w in heard)
@@ -695,8 +712,12 @@ class ClientLinkFake:
             self.received.append(message)
             action = message["action"]
             if action == "voices":
-                voice = {"name": "af_heart", "language": "en-US",
-                         "label": "American English", "gender": "female"}  # fmt: skip
+                voice = {
+                    "name": "af_heart",
+                    "language": "en-US",
+                    "label": "American English",
+                    "gender": "female",
+                }
                 await websocket.send(
                     json.dumps({"type": "voices", "default_voice": "af_heart", "voices": [voice]})
                 )
@@ -714,8 +735,9 @@ class ClientLinkFake:
                         task.cancel()
                         self.keep(message.get("heard_ms"))
                 number += 1
-                self.history.append({"role": "user", "text": message["prompt"],
-                                     "interrupted": False})  # fmt: skip
+                self.history.append(
+                    {"role": "user", "text": message["prompt"], "interrupted": False}
+                )
                 turns[message["turn_id"]] = asyncio.create_task(
                     self.answer(websocket, message["turn_id"], number)
                 )
@@ -730,8 +752,14 @@ class ClientLinkFake:
         self.history.append({"role": "assistant", "text": " ".join(heard), "interrupted": True})
 
     async def end(self, websocket, turn_id: str, status: str) -> None:
-        end = {"type": "turn_end", "turn_id": turn_id, "status": status, "timings": {},
-               "audio_bytes": 0, "audio_frames": 0}  # fmt: skip
+        end = {
+            "type": "turn_end",
+            "turn_id": turn_id,
+            "status": status,
+            "timings": {},
+            "audio_bytes": 0,
+            "audio_frames": 0,
+        }
         await websocket.send(json.dumps(end))
 
     async def answer(self, websocket, turn_id: str, number: int) -> None:
@@ -739,19 +767,23 @@ class ClientLinkFake:
         import struct
 
         text = " ".join(self.WORDS)
-        audio = {"encoding": "pcm_s16le", "sample_rate": 24000, "channels": 1,
-                 "delivery": "binary"}  # fmt: skip
+        audio = {"encoding": "pcm_s16le", "sample_rate": 24000, "channels": 1, "delivery": "binary"}
         words = [
             {"text": word, "start_ms": i * self.WORD_MS, "end_ms": (i + 1) * self.WORD_MS}
             for i, word in enumerate(self.WORDS)
         ]
         for frame in (
-            {"type": "turn_start", "turn_id": turn_id, "turn": number, "mode": "bidi",
-             "audio": audio},
+            {
+                "type": "turn_start",
+                "turn_id": turn_id,
+                "turn": number,
+                "mode": "bidi",
+                "audio": audio,
+            },
             {"type": "text_delta", "turn_id": turn_id, "seq": 0, "text": text},
             {"type": "sentence", "turn_id": turn_id, "index": 0, "text": text},
             {"type": "words", "turn_id": turn_id, "words": words},
-        ):  # fmt: skip
+        ):
             if frame["type"] != "words" or self.timed:
                 await websocket.send(json.dumps(frame))
         tone = [int(8000 * math.sin(2 * math.pi * 220 * i / 24000)) for i in range(2400)]

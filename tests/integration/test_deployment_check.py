@@ -23,10 +23,23 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_check_passes_against_the_local_stack(stack, tmp_path):
     report_file = tmp_path / "check.json"
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire_tools.commands.agent_infra", "check",
-         "--url", stack.ws_url, "--prompt", "Hello there", "--json", str(report_file)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "voicewire_tools.commands.agent_infra",
+            "check",
+            "--url",
+            stack.ws_url,
+            "--prompt",
+            "Hello there",
+            "--json",
+            str(report_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "binary frames" in result.stdout and "all checks passed" in result.stdout
     report = json.loads(report_file.read_text())

@@ -22,12 +22,17 @@ ENDPOINT, VARIANT = "voicewire-kokoro-82m", "AllTraffic"
 RESOURCE_ID = f"endpoint/{ENDPOINT}/variant/{VARIANT}"
 POLICIES = [
     TargetTracking(
-        name=f"{ENDPOINT}-{metric}", namespace="voicewire/speech", metric=metric, unit=unit,
-        dimensions={"EndpointName": ENDPOINT, "VariantName": VARIANT}, target=target,
-        scale_out_cooldown_seconds=120, scale_in_cooldown_seconds=900,
+        name=f"{ENDPOINT}-{metric}",
+        namespace="voicewire/speech",
+        metric=metric,
+        unit=unit,
+        dimensions={"EndpointName": ENDPOINT, "VariantName": VARIANT},
+        target=target,
+        scale_out_cooldown_seconds=120,
+        scale_in_cooldown_seconds=900,
     ).as_policy()
     for metric, unit, target in (("EngineBusy", "Percent", 60.0), ("OpenSessions", "Count", 38.0))
-]  # fmt: skip
+]
 
 
 def event(request: str, phase: str, config: str, response_url: str = "http://unused") -> dict:
@@ -66,10 +71,14 @@ def account(aws):
         sagemaker.create_endpoint_config(
             EndpointConfigName=config,
             ProductionVariants=[
-                {"VariantName": VARIANT, "ModelName": "kokoro", "InitialInstanceCount": 1,
-                 "InstanceType": instance_type}
+                {
+                    "VariantName": VARIANT,
+                    "ModelName": "kokoro",
+                    "InitialInstanceCount": 1,
+                    "InstanceType": instance_type,
+                }
             ],
-        )  # fmt: skip
+        )
     return {
         "sagemaker": sagemaker,
         "application-autoscaling": boto3.client("application-autoscaling"),
@@ -153,7 +162,9 @@ def test_a_policy_no_longer_wanted_is_deleted(account):
     scaling = account["application-autoscaling"]
     autoscaling.handle(event("Create", "after", "config-g4dn"), account)
     scaling.put_scaling_policy(
-        ServiceNamespace="sagemaker", ResourceId=RESOURCE_ID, PolicyName="SessionsPerInstance",
+        ServiceNamespace="sagemaker",
+        ResourceId=RESOURCE_ID,
+        PolicyName="SessionsPerInstance",
         ScalableDimension="sagemaker:variant:DesiredInstanceCount",
         PolicyType="TargetTrackingScaling",
         TargetTrackingScalingPolicyConfiguration={
@@ -162,7 +173,7 @@ def test_a_policy_no_longer_wanted_is_deleted(account):
                 "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"
             },
         },
-    )  # fmt: skip
+    )
     done = autoscaling.handle(event("Update", "after", "config-g4dn"), account)
     assert "deleted ['SessionsPerInstance']" in done
     assert registered(account)[1] == [f"{ENDPOINT}-EngineBusy", f"{ENDPOINT}-OpenSessions"]

@@ -74,7 +74,7 @@ def test_the_faster_graph_is_chosen_and_the_record_is_kept(tmp_path, graphs):
     again = tuned(graphs, tmp_path, directory=tmp_path, machine=HERE, measure=measure)
     assert again == record and measure.calls == 1  # read back, not measured again
     stored = json.loads((tmp_path / TUNING_FILE).read_text())
-    (key, raw), = stored["records"].items()  # fmt: skip
+    ((key, raw),) = stored["records"].items()
     assert key == record.key and raw["machine"]["cpu"] == "AMD EPYC" and raw["choice"] == "original"
 
     faster_rewrite = CountingMeasure(original=750.0, fast=600.0)
@@ -83,8 +83,13 @@ def test_the_faster_graph_is_chosen_and_the_record_is_kept(tmp_path, graphs):
 
 
 def test_another_machine_or_runtime_or_graph_file_is_measured_again(tmp_path, graphs):
-    tuned(graphs, tmp_path, directory=tmp_path, machine=HERE,
-          measure=CountingMeasure(original=700.0, fast=900.0))  # fmt: skip
+    tuned(
+        graphs,
+        tmp_path,
+        directory=tmp_path,
+        machine=HERE,
+        measure=CountingMeasure(original=700.0, fast=900.0),
+    )
     intel = HERE.model_copy(update={"cpu": "Intel Xeon", "kernel_flags": ("avx2", "amx_tile")})
     newer_runtime = HERE.model_copy(update={"onnxruntime": "2"})
     for machine in (intel, newer_runtime):
@@ -99,8 +104,13 @@ def test_another_machine_or_runtime_or_graph_file_is_measured_again(tmp_path, gr
     assert measure.calls == 1
     records = json.loads((tmp_path / TUNING_FILE).read_text())["records"]
     assert len(records) == 4  # one per machine, runtime and set of files: none replaced
-    first = tuned(graphs | {"fast": graphs["original"]}, tmp_path, directory=tmp_path,
-                  machine=HERE, measure=CountingMeasure(original=1.0, fast=2.0))  # fmt: skip
+    first = tuned(
+        graphs | {"fast": graphs["original"]},
+        tmp_path,
+        directory=tmp_path,
+        machine=HERE,
+        measure=CountingMeasure(original=1.0, fast=2.0),
+    )
     assert first.choice == "original"
 
 
@@ -124,8 +134,13 @@ def test_an_unreadable_record_is_measured_again(tmp_path, graphs, content):
 def test_a_record_of_the_old_fit_is_measured_again(tmp_path, graphs):
     """Version 2 fitted the vocoder's line through two medians of three rounds, its cost per
     call clamped at 0 (issue 41's record): such a record is measured again, not trusted."""
-    old = tuned(graphs, tmp_path, directory=tmp_path, machine=HERE,
-                measure=CountingMeasure(original=700.0, fast=900.0))  # fmt: skip
+    old = tuned(
+        graphs,
+        tmp_path,
+        directory=tmp_path,
+        machine=HERE,
+        measure=CountingMeasure(original=700.0, fast=900.0),
+    )
     stored = json.loads((tmp_path / TUNING_FILE).read_text())
     assert stored["version"] == RECORD_VERSION == 3
     stored["version"] = 2
@@ -138,15 +153,31 @@ def test_a_record_of_the_old_fit_is_measured_again(tmp_path, graphs):
 def test_a_record_the_engine_does_not_bear_out_is_measured_again_and_replaced(tmp_path, graphs):
     """``remeasure_because``: the kept record is measured again whatever the cache holds, and
     replaced under its key, with the reason; the other machines' records stay."""
-    tuned(graphs, tmp_path, directory=tmp_path, machine=HERE,
-          measure=CountingMeasure(original=1400.0, fast=1800.0))  # fmt: skip
+    tuned(
+        graphs,
+        tmp_path,
+        directory=tmp_path,
+        machine=HERE,
+        measure=CountingMeasure(original=1400.0, fast=1800.0),
+    )
     intel = HERE.model_copy(update={"cpu": "Intel Xeon"})
-    tuned(graphs, tmp_path, directory=tmp_path, machine=intel,
-          measure=CountingMeasure(original=700.0, fast=600.0))  # fmt: skip
+    tuned(
+        graphs,
+        tmp_path,
+        directory=tmp_path,
+        machine=intel,
+        measure=CountingMeasure(original=700.0, fast=600.0),
+    )
     measure = CountingMeasure(original=700.0, fast=900.0)
     because = "the warm-up's vocoder ran 2.0x faster than the record predicts"
-    record = tuned(graphs, tmp_path, directory=tmp_path, machine=HERE, measure=measure,
-                   remeasure_because=because)  # fmt: skip
+    record = tuned(
+        graphs,
+        tmp_path,
+        directory=tmp_path,
+        machine=HERE,
+        measure=measure,
+        remeasure_because=because,
+    )
     assert measure.calls == 1 and record.remeasured_because == because
     assert record.speed().chunk_ms == pytest.approx(700.0) and record.measured_in_s >= 0
     kept = tuned(graphs, tmp_path, directory=tmp_path, machine=HERE, measure=measure)
@@ -197,8 +228,10 @@ def test_auto_runs_the_recorded_choice_and_graph_overrides_it(engine_tuning_in, 
     original = bundled_model_path()
     candidates = {"original": original, "fast": fast_model_path(original)}
     voices, _ = english_or_bundled_voices()
-    measured = {"original": speed(original, 900.0, per_frame_ms=2.0),
-                "fast": speed(candidates["fast"], 800.0, per_frame_ms=4.0)}  # fmt: skip
+    measured = {
+        "original": speed(original, 900.0, per_frame_ms=2.0),
+        "fast": speed(candidates["fast"], 800.0, per_frame_ms=4.0),
+    }
     tuned(candidates, voices, directory=engine_tuning_in, measure=lambda *_: measured)
 
     auto = KokoroOnnxEngine.from_settings(EngineSettings())
@@ -210,8 +243,9 @@ def test_auto_runs_the_recorded_choice_and_graph_overrides_it(engine_tuning_in, 
     )
     # A different graph really runs: the rewrite's audio is not the int8 graph's.
     text = "Your parcel arrives on Thursday."
-    assert not np.array_equal(auto.synthesize(text, "af_heart", 1.0),
-                              chosen.synthesize(text, "af_heart", 1.0))  # fmt: skip
+    assert not np.array_equal(
+        auto.synthesize(text, "af_heart", 1.0), chosen.synthesize(text, "af_heart", 1.0)
+    )
     # Each engine's windows follow its own graph's speed: the slower vocoder's first is longer.
     side, _ = next(auto.text_sides(text, "af_heart", 1.0))
     assert auto.vocoder.plan(side)[0][1] >= chosen.vocoder.plan(side)[0][1]
@@ -220,7 +254,7 @@ def test_auto_runs_the_recorded_choice_and_graph_overrides_it(engine_tuning_in, 
 def test_the_measurement_times_each_half_of_the_real_graph():
     original = bundled_model_path()
     voices, _ = english_or_bundled_voices()
-    (name, measured), = measure_candidates({"original": original}, voices).items()  # fmt: skip
+    ((name, measured),) = measure_candidates({"original": original}, voices).items()
     assert name == "original" and measured.model == engine_tuning.model_label(original)
     assert measured.frames > 200 and measured.audio_seconds == measured.frames * 300 / 24_000
     assert 0 < measured.text_side_ms < measured.vocoder_ms
@@ -314,8 +348,13 @@ def test_a_measurement_again_that_chooses_the_other_graph_loads_it(
 
     monkeypatch.setattr(onnx_engine_module, "tuned", remeasured_with_given_figures)
     for graph, runs in (("auto", "original"), ("fast", "fast")):
-        tuned(candidates, voices, directory=engine_tuning_in, measure=lambda *_: wrong,
-              remeasure_because="the test's record")  # fmt: skip
+        tuned(
+            candidates,
+            voices,
+            directory=engine_tuning_in,
+            measure=lambda *_: wrong,
+            remeasure_because="the test's record",
+        )
         with caplog.at_level(logging.WARNING):
             engine = KokoroOnnxEngine.from_settings(EngineSettings(graph=graph))
         assert "does not hold here" in caplog.text

@@ -286,11 +286,16 @@ def test_bedrock_failing_mid_answer_fails_the_turn_and_counts_the_audio_spoken(
     server, _ = tone_speech()
     spoken = threading.Event()
     messages = AfterAudio(
-        [event("messageStart", {"role": "assistant"}), delta("Hello there. "),
-         delta("This is the first"), delta(" sentence. "), delta("And then")],
+        [
+            event("messageStart", {"role": "assistant"}),
+            delta("Hello there. "),
+            delta("This is the first"),
+            delta(" sentence. "),
+            delta("And then"),
+        ],
         spoken,
         [exception(bedrock_error, "stand-in failure"), delta(" never spoken.")],
-    )  # fmt: skip
+    )
     with BedrockStandin(Script(messages=messages)) as bedrock:
         world = make_world(server.ws_url, llm=bedrock_client(endpoint_url=bedrock.url, **LOCAL_AWS))
         world.connect()
@@ -478,10 +483,10 @@ def test_a_running_turn_whose_writes_stay_throttled_ends_with_state_unavailable(
     renewal is 3 attempts in all (the client's config), then the watcher backs off and tries
     again, until ``poll_failure_limit_seconds``."""
     from functions.environment_loop import run_in_environment
-    from functions.turn_guards import Invocation
-    from functions.worker_job import WorkerJob
-    from functions.worker_policy import WorkerPolicy
-    from functions.worker_run import run_job
+    from functions.worker.guards import Invocation
+    from functions.worker.job import WorkerJob
+    from functions.worker.policy import WorkerPolicy
+    from functions.worker.run import run_job
 
     server, _ = tone_speech()
     world = make_world(server.ws_url, llm=ReplayBedrockClient(pace=3.0))  # ~14 s of answer

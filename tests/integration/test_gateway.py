@@ -250,7 +250,8 @@ async def test_connect_gets_the_query_string_and_the_clients_headers(local):
     (event,) = local.functions.events["connect"]
     assert event["queryStringParameters"] == {"audio": "base64", "token": "abc"}
     # API Gateway keeps the client's spelling of a name; uvicorn hands the upgrade over with the
-    # names lowercased, so the functions read names without regard to case (functions/origins.py).
+    # names lowercased, so the functions read names without regard to case
+    # (functions/access/origins.py).
     headers = {name.lower(): value for name, value in event["headers"].items()}
     assert headers["origin"] == "https://a.b"
     multi = {name.lower(): value for name, value in event["multiValueHeaders"].items()}

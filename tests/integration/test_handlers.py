@@ -220,9 +220,15 @@ def test_invalid_messages_get_an_error_frame_and_the_connection_stays(adapters, 
         ("cancel", {"turn_id": "semi;colon"}, "invalid_field"),
         ("speak", {"speed": "1.0"}, "invalid_field"),
     ],
-    ids=["prompt_too_long", "message_too_large", "ask_turn_id", "speak_turn_id",
-         "cancel_turn_id", "speed_type"],
-)  # fmt: skip
+    ids=[
+        "prompt_too_long",
+        "message_too_large",
+        "ask_turn_id",
+        "speak_turn_id",
+        "cancel_turn_id",
+        "speed_type",
+    ],
+)
 def test_limits_and_malformed_fields_are_refused_by_the_message_route(
     adapters, name, changes, code
 ):
@@ -441,9 +447,10 @@ def test_barge_in_ends_the_old_turn_before_its_audio_stops(adapters):
     assert result == {"status": "cancelled"}
     frames = [call["Data"] for call in adapters.posts.calls]
     end = next(
-        i for i, data in enumerate(frames)
+        i
+        for i, data in enumerate(frames)
         if data[:1] == b"{" and json.loads(data).get("type") == "turn_end"
-    )  # fmt: skip
+    )
     assert json.loads(frames[end])["status"] == "cancelled"
     old_audio_after_end = [
         data
@@ -498,6 +505,10 @@ def test_voices_without_a_configured_list_are_kokoros_official_ones(adapters):
     assert len(frame["voices"]) == len(OFFICIAL_VOICES) == 54
     assert frame["default_voice"] == "af_heart"
     heart = next(v for v in frame["voices"] if v["name"] == "af_heart")
-    assert heart == {"name": "af_heart", "language": "en-US", "label": "American English",
-                     "gender": "female"}  # fmt: skip
+    assert heart == {
+        "name": "af_heart",
+        "language": "en-US",
+        "label": "American English",
+        "gender": "female",
+    }
     assert frame["voices"][0]["language"].startswith("en")

@@ -94,10 +94,12 @@ async def test_words_frames_come_before_their_audio_timed_over_the_whole_turn(
 ):
     server, _ = tone()
     outcome, connection, _ = await run_turn(
-        server, mode, "What is the meaning of life?",
+        server,
+        mode,
+        "What is the meaning of life?",
         text="Hello there. This is a sentence that is spoken aloud, and then a second one.",
         delivery=delivery,
-    )  # fmt: skip
+    )
     frames = connection.frames()
     assert outcome.status == "complete"
     assert check_words_lead_their_audio(frames) >= 2  # several chunks, offsets accumulated
@@ -109,9 +111,13 @@ async def test_words_frames_come_before_their_audio_timed_over_the_whole_turn(
 async def test_the_filler_and_the_preamble_are_timed_as_turn_audio(aws, tone):
     server, _ = tone(ToneEngine(seconds_per_chunk=0.05))
     outcome, connection, _ = await run_turn(
-        server, "bidi", "What time is it in Paris?", tools=sample_tools(latency_seconds=2),
-        pace=0.3, tool_filler_seconds=0.4,
-    )  # fmt: skip
+        server,
+        "bidi",
+        "What time is it in Paris?",
+        tools=sample_tools(latency_seconds=2),
+        pace=0.3,
+        tool_filler_seconds=0.4,
+    )
     frames = connection.frames()
     said = [f["text"] for kind, f in timeline(frames) if kind == "sentence"]
     assert said[:2] == ["Let me check the clock.", "One moment."]  # preamble, then the filler
@@ -120,8 +126,10 @@ async def test_the_filler_and_the_preamble_are_timed_as_turn_audio(aws, tone):
     assert texts[:7] == ["Let", "me", "check", "the", "clock.", "One", "moment."]
     # The turn remembers which words were the filler (the model never said them).
     assert [(w.text, w.filler) for w in outcome.words[4:7]] == [
-        ("clock.", False), ("One", True), ("moment.", True),
-    ]  # fmt: skip
+        ("clock.", False),
+        ("One", True),
+        ("moment.", True),
+    ]
     assert {w.round for w in outcome.words[:7]} == {0} and outcome.words[-1].round == 1
 
 
@@ -168,8 +176,9 @@ def test_the_cut_keeps_the_words_that_ended_before_heard_ms():
 
 def test_a_cut_tool_turn_keeps_its_calls_and_stays_a_conversation_bedrock_accepts():
     use = {"toolUse": {"toolUseId": "t1", "name": "current_time", "input": {}}}
-    result = {"toolResult": {"toolUseId": "t1", "content": [{"text": "cancelled"}],
-                             "status": "error"}}  # fmt: skip
+    result = {
+        "toolResult": {"toolUseId": "t1", "content": [{"text": "cancelled"}], "status": "error"}
+    }
     messages = [
         {"role": "assistant", "content": [{"text": "Let me check the clock."}, use]},
         {"role": "user", "content": [result]},
@@ -184,13 +193,17 @@ def test_a_cut_tool_turn_keeps_its_calls_and_stays_a_conversation_bedrock_accept
     early = heard_messages(messages, words, heard_ms=150)  # "Let" only: the call stays
     assert early[0]["content"] == [{"text": "Let"}, use]
     for cut in (kept, early):
-        bedrock_accepts(converse_request("m", [{"role": "user", "content": [{"text": "Time?"}]},
-                                              *cut], "And now?")["messages"])  # fmt: skip
+        bedrock_accepts(
+            converse_request(
+                "m", [{"role": "user", "content": [{"text": "Time?"}]}, *cut], "And now?"
+            )["messages"]
+        )
     # What a person is shown: the words heard, marked interrupted, no tool blocks.
     shown = remembered([{"role": "user", "content": [{"text": "Time?"}]}, *early])
     assert [(m.role, m.text, m.interrupted) for m in shown] == [
-        ("user", "Time?", False), ("assistant", "Let", True),
-    ]  # fmt: skip
+        ("user", "Time?", False),
+        ("assistant", "Let", True),
+    ]
 
 
 # --- through the message route and the worker ----------------------------------------------
@@ -216,8 +229,9 @@ def frames_of(world, kind: str) -> list[dict]:
 
 
 def assistant_texts(history: list[dict]) -> list[str]:
-    return [b["text"] for m in history if m["role"] == "assistant" for b in m["content"]
-            if "text" in b]  # fmt: skip
+    return [
+        b["text"] for m in history if m["role"] == "assistant" for b in m["content"] if "text" in b
+    ]
 
 
 def test_a_cancel_with_heard_ms_keeps_only_the_words_heard(make_world, tone):  # noqa: F811
@@ -375,10 +389,14 @@ def test_ask_prints_a_line_per_words_frame():
     from voicewire.turn_client import TimedEvent
     from voicewire_tools.commands.ask import timeline_line
 
-    frame = {"type": "words", "turn_id": "t1", "words": [
-        {"text": "Hello", "start_ms": 0.0, "end_ms": 310.5},
-        {"text": "there.", "start_ms": 310.5, "end_ms": 702.0},
-    ]}  # fmt: skip
+    frame = {
+        "type": "words",
+        "turn_id": "t1",
+        "words": [
+            {"text": "Hello", "start_ms": 0.0, "end_ms": 310.5},
+            {"text": "there.", "start_ms": 310.5, "end_ms": 702.0},
+        ],
+    }
     line = timeline_line(TimedEvent(12.0, "words", frame))
     assert line.split()[2:] == ["words", "Hello@0", "there.@310"]
 
@@ -404,8 +422,13 @@ async def test_an_interrupted_ask_cancels_its_turn_with_the_audio_received_as_he
                 told.append(message)
                 cancelled.set()
                 continue
-            start = {"type": "turn_start", "turn_id": "t-7", "turn": 1, "mode": "bidi",
-                     "audio": {"delivery": "binary"}}  # fmt: skip
+            start = {
+                "type": "turn_start",
+                "turn_id": "t-7",
+                "turn": 1,
+                "mode": "bidi",
+                "audio": {"delivery": "binary"},
+            }
             await websocket.send(json.dumps(start))
             for seq in range(3):  # 0.1 s each
                 await websocket.send(bytes([0xA1]) + struct.pack(">II", 1, seq) + bytes(4800))

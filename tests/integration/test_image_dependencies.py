@@ -249,9 +249,13 @@ def test_the_gpu_image_imports_its_engine_and_starts_without_cuda(tmp_path):
     )
     pythonpath = image_env["PYTHONPATH"].replace(IMAGE_ROOT, str(app))
     imported = subprocess.run(
-        [python, "-c", probe], cwd=app, capture_output=True, text=True, check=False,
+        [python, "-c", probe],
+        cwd=app,
+        capture_output=True,
+        text=True,
+        check=False,
         env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": pythonpath},
-    )  # fmt: skip
+    )
     assert imported.returncode == 0, imported.stderr[-4000:]
     assert "left out: []" in imported.stdout
     assert "torch 2.10" in imported.stdout and " 12.8" in imported.stdout

@@ -15,8 +15,8 @@ import pytest
 from moto_endpoints import deploy_endpoint
 from required_tools import needs
 
-from functions.auth_tokens import TOKEN_SECRET_PARAMETER, verify_token
-from functions.worker_policy import worker_policy_for
+from functions.access.tickets import TOKEN_SECRET_PARAMETER, verify_token
+from functions.worker.policy import worker_policy_for
 from stacks.voice_api import VoiceApiSettings
 from voicewire_tools import deployed_tickets
 from voicewire_tools.commands import agent_infra, speech_infra
@@ -38,8 +38,10 @@ def test_speech_infra_deploys_foundation_cache_endpoint_and_destroys_in_reverse(
     staged = tmp_path / "staged"
     stacks, context = speech_infra.plan(args, staged)
     assert stacks == [
-        "SpeechFoundation", "SpeechModelCache-kokoro-82m", "SpeechEndpoint-kokoro-82m",
-    ]  # fmt: skip
+        "SpeechFoundation",
+        "SpeechModelCache-kokoro-82m",
+        "SpeechEndpoint-kokoro-82m",
+    ]
     assert context == {
         "speech_model": "kokoro-82m",
         "engine": "torch",
@@ -52,24 +54,28 @@ def test_speech_infra_deploys_foundation_cache_endpoint_and_destroys_in_reverse(
     staged.mkdir()
     (staged / "MANIFEST.json").write_text("{}")
     assert speech_infra.plan(destroy, staged)[0] == [
-        "SpeechEndpoint-kokoro-82m", "SpeechModelCache-kokoro-82m",
-    ]  # fmt: skip
+        "SpeechEndpoint-kokoro-82m",
+        "SpeechModelCache-kokoro-82m",
+    ]
     synth = speech_infra.build_parser().parse_args(["synth", "kokoro-82m", "--engine", "onnx"])
     assert speech_infra.plan(synth, tmp_path / "none")[0] == [
-        "SpeechFoundation", "SpeechEndpoint-kokoro-82m",
-    ]  # fmt: skip
+        "SpeechFoundation",
+        "SpeechEndpoint-kokoro-82m",
+    ]
 
 
 def test_agent_infra_adds_the_page_after_the_api_and_destroys_it_first():
     parse = agent_infra.build_parser().parse_args
     deploy = parse(["deploy", "--bedrock-model-id", "m", "--allowed-origins", "https://a.example"])
     assert agent_infra.plan(deploy) == (
-        ["VoiceApi"], {"bedrock_model_id": "m", "allowed_origins": "https://a.example"},
-    )  # fmt: skip
+        ["VoiceApi"],
+        {"bedrock_model_id": "m", "allowed_origins": "https://a.example"},
+    )
     with_page = parse(["deploy", "--bedrock-model-id", "m", "--with-page"])
     assert agent_infra.plan(with_page) == (
-        ["VoiceApi", "VoicePage"], {"bedrock_model_id": "m", "page": "true"},
-    )  # fmt: skip
+        ["VoiceApi", "VoicePage"],
+        {"bedrock_model_id": "m", "page": "true"},
+    )
     destroy = parse(["destroy", "--with-page"])
     assert agent_infra.plan(destroy) == (["VoicePage", "VoiceApi"], {"page": "true"})
     binary = parse(["deploy", "--bedrock-model-id", "m", "--binary-audio"])
@@ -96,9 +102,10 @@ def deploys(standin, monkeypatch):
     runs: list[tuple[str, list[str], dict[str, str]]] = []
     monkeypatch.setattr(agent_infra, "check_node", lambda: None)
     monkeypatch.setattr(
-        agent_infra, "run_cdk",
+        agent_infra,
+        "run_cdk",
         lambda action, stacks, context, needs_account: runs.append((action, stacks, context)) or 0,
-    )  # fmt: skip
+    )
     monkeypatch.setenv("MOTO_IAM_LOAD_MANAGED_POLICIES", "true")
     deploy_endpoint("voicewire-kokoro-82m", "torch", GPU)
     yield runs
@@ -123,8 +130,9 @@ def test_deploy_on_a_fresh_account_says_what_it_needs_and_deploys_a_stage_it_can
 def test_deploy_with_consent_creates_the_logging_role_and_enables_the_model(deploys, capsys):
     model = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
     with pytest.raises(SystemExit):
-        agent_infra.main(["deploy", "--bedrock-model-id", model, "--create-api-logging-role",
-                          "--enable-model"])  # fmt: skip
+        agent_infra.main(
+            ["deploy", "--bedrock-model-id", model, "--create-api-logging-role", "--enable-model"]
+        )
     ((_, _, context),) = deploys
     assert context["access_logs"] == "true"
     said = capsys.readouterr().out
@@ -154,9 +162,10 @@ def speech_deploys(standin, monkeypatch):
     monkeypatch.setattr(speech_infra, "check_node", lambda: None)
     monkeypatch.setattr(speech_infra, "gather", lambda args, staged: runs.append(("gather",)))
     monkeypatch.setattr(
-        speech_infra, "run_cdk",
+        speech_infra,
+        "run_cdk",
         lambda action, stacks, context, needs_account: runs.append((action, stacks, context)) or 0,
-    )  # fmt: skip
+    )
     standin.quotas = {f"{GPU} for endpoint usage": 8.0, f"{CPU} for endpoint usage": 8.0}
     return runs
 
@@ -223,9 +232,11 @@ def test_an_oci_image_is_refused_before_anything_is_gathered(speech_deploys):
     ecr.create_repository(repositoryName="voicewire-speech")
     oci = "application/vnd.oci.image.manifest.v1+json"
     ecr.put_image(
-        repositoryName="voicewire-speech", imageTag="v1", imageManifestMediaType=oci,
+        repositoryName="voicewire-speech",
+        imageTag="v1",
+        imageManifestMediaType=oci,
         imageManifest=json.dumps({"schemaVersion": 2, "mediaType": oci, "layers": []}),
-    )  # fmt: skip
+    )
     uri = "123456789012.dkr.ecr.us-east-1.amazonaws.com/voicewire-speech:v1"
     with pytest.raises(SystemExit) as exited:
         speech_infra.main(["deploy", "kokoro-82m", "--instance-type", GPU, "--image-uri", uri])
@@ -233,8 +244,16 @@ def test_an_oci_image_is_refused_before_anything_is_gathered(speech_deploys):
     assert message.startswith(f"speech-infra deploy: image {uri}: its manifest is OCI ({oci})")
     assert "oci-mediatypes=false" in message and speech_deploys == []
     with pytest.raises(SystemExit) as exited:
-        speech_infra.main(["deploy", "kokoro-82m", "--instance-type", GPU, "--image-uri",
-                           uri.replace(":v1", ":v2")])  # fmt: skip
+        speech_infra.main(
+            [
+                "deploy",
+                "kokoro-82m",
+                "--instance-type",
+                GPU,
+                "--image-uri",
+                uri.replace(":v1", ":v2"),
+            ]
+        )
     assert str(exited.value.code).endswith("has no image with the tag v2: push it first")
 
 
@@ -260,8 +279,10 @@ def test_an_engine_whose_image_the_dockerfile_cannot_build_is_one_sentence_first
 
 def _worker_line(engine: str) -> str:
     policy = worker_policy_for(engine, VoiceApiSettings.max_speech_seconds_per_turn)
-    return (f"the worker gets a {policy.timeout_seconds} s timeout and a "
-            f"{policy.speech_chunk_timeout_seconds:g} s speech stall limit")  # fmt: skip
+    return (
+        f"the worker gets a {policy.timeout_seconds} s timeout and a "
+        f"{policy.speech_chunk_timeout_seconds:g} s speech stall limit"
+    )
 
 
 @pytest.mark.parametrize("command", ["deploy", "diff"])
@@ -270,8 +291,9 @@ def test_the_agent_gets_the_time_limits_of_the_engine_its_endpoint_runs(deploys,
     passed the endpoint's engine."""
     deploy_endpoint("voicewire-kokoro-82m-cpu", "onnx", CPU)
     with pytest.raises(SystemExit):
-        agent_infra.main([command, "--bedrock-model-id", "m",
-                          "--endpoint-name", "voicewire-kokoro-82m-cpu"])  # fmt: skip
+        agent_infra.main(
+            [command, "--bedrock-model-id", "m", "--endpoint-name", "voicewire-kokoro-82m-cpu"]
+        )
     ((_, _, context),) = deploys
     assert context["speech_engine"] == "onnx"
     assert (
@@ -284,8 +306,17 @@ def test_the_agent_gets_the_time_limits_of_the_engine_its_endpoint_runs(deploys,
 def test_the_agentcore_app_gets_the_stall_limit_of_the_engine_its_endpoint_runs(deploys, capsys):
     deploy_endpoint("voicewire-kokoro-82m-cpu", "onnx", CPU)
     with pytest.raises(SystemExit):
-        agent_infra.main(["deploy", "--runtime", "agentcore", "--bedrock-model-id", "m",
-                          "--endpoint-name", "voicewire-kokoro-82m-cpu"])  # fmt: skip
+        agent_infra.main(
+            [
+                "deploy",
+                "--runtime",
+                "agentcore",
+                "--bedrock-model-id",
+                "m",
+                "--endpoint-name",
+                "voicewire-kokoro-82m-cpu",
+            ]
+        )
     ((_, stacks, context),) = deploys
     assert (stacks, context["speech_engine"]) == (["VoiceAgentRuntime"], "onnx")
     stall = worker_policy_for("onnx", 360).speech_chunk_timeout_seconds
@@ -295,8 +326,17 @@ def test_the_agentcore_app_gets_the_stall_limit_of_the_engine_its_endpoint_runs(
 def test_a_speech_engine_the_endpoint_contradicts_is_refused_before_anything_is_made(deploys):
     deploy_endpoint("voicewire-kokoro-82m-cpu", "onnx", CPU)
     with pytest.raises(SystemExit) as exited:
-        agent_infra.main(["deploy", "--bedrock-model-id", "m", "--speech-engine", "torch",
-                          "--endpoint-name", "voicewire-kokoro-82m-cpu"])  # fmt: skip
+        agent_infra.main(
+            [
+                "deploy",
+                "--bedrock-model-id",
+                "m",
+                "--speech-engine",
+                "torch",
+                "--endpoint-name",
+                "voicewire-kokoro-82m-cpu",
+            ]
+        )
     assert str(exited.value.code) == (
         "agent-infra deploy: --speech-engine torch, but voicewire-kokoro-82m-cpu runs the onnx "
         "engine (on ml.c5.xlarge): drop --speech-engine, or redeploy the endpoint with the torch "
@@ -363,8 +403,11 @@ def test_the_agentcore_stack_follows_the_speech_engine_context(tmp_path):
     context = {"runtime": "agentcore", "speech_engine": "onnx"}
     built = app.build_app(str(tmp_path / "cdk.out"), context=context).synth()
     template = built.get_stack_by_name("VoiceAgentRuntime").template
-    (runtime,) = [r["Properties"] for r in template["Resources"].values()
-                  if r["Type"] == "AWS::BedrockAgentCore::Runtime"]  # fmt: skip
+    (runtime,) = [
+        r["Properties"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::BedrockAgentCore::Runtime"
+    ]
     stall = worker_policy_for("onnx", 360).speech_chunk_timeout_seconds
     assert runtime["EnvironmentVariables"]["VOICEWIRE_SPEECH_CHUNK_TIMEOUT_SECONDS"] == f"{stall:g}"
 
@@ -390,9 +433,13 @@ def test_the_cdk_cli_is_a_pinned_2x_release_run_on_this_interpreter():
 
 def _run(module: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env,
-        cwd=ROOT, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "-m", module, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def test_missing_node_is_one_line_with_the_fix(tmp_path):
@@ -456,13 +503,20 @@ def test_the_demo_url_gets_a_fresh_ticket_per_connection_unless_it_has_one():
 def test_the_cdk_cli_synthesizes_the_app_without_credentials(tmp_path):
     """The real CDK CLI (npm, pinned), as ``speech-infra synth`` runs it, with no account."""
     env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")}
-    env |= {"AWS_CONFIG_FILE": str(tmp_path / "none"), "AWS_EC2_METADATA_DISABLED": "true",
-            "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none")}  # fmt: skip
+    env |= {
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+    }
     command = cdk_command("synth", ["VoiceApi"], {"bedrock_model_id": "amazon.nova-lite-v1:0"})
     result = subprocess.run(
         [*command, "--output", str(tmp_path / "cdk.out"), "--quiet"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "cdk.out" / "VoiceApi.template.json").is_file()
 
@@ -493,8 +547,11 @@ def test_staging_holds_exactly_the_files_and_their_manifest(tmp_path):
     lines: list[str] = []
     stage_model_files(files, staged, "kokoro-82m", "torch", lines.append)
     assert sorted(p.name for p in staged.iterdir()) == [
-        "MANIFEST.json", "config.json", "kokoro-v1_0.pth", "voices.npz",
-    ]  # fmt: skip
+        "MANIFEST.json",
+        "config.json",
+        "kokoro-v1_0.pth",
+        "voices.npz",
+    ]
     manifest = json.loads((staged / "MANIFEST.json").read_text())
     assert manifest["engine"] == "torch"
     assert manifest["sha256"]["kokoro-v1_0.pth"] == sha256_of(source / "kokoro-v1_0.pth")

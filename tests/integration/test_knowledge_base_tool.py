@@ -22,11 +22,20 @@ class KnowledgeBaseHandler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         type(self).received.append((self.path, body, self.headers.get("Authorization", "")))
-        answer = {"retrievalResults": [{
-            "content": {"text": "Barge-in cancels the turn. The next answer starts at once."},
-            "location": {"type": "S3", "s3Location": {"uri": "s3://docs/guide/barge-in.md"}},
-            "score": 0.8123,
-        }]}  # fmt: skip
+        answer = {
+            "retrievalResults": [
+                {
+                    "content": {
+                        "text": "Barge-in cancels the turn. The next answer starts at once."
+                    },
+                    "location": {
+                        "type": "S3",
+                        "s3Location": {"uri": "s3://docs/guide/barge-in.md"},
+                    },
+                    "score": 0.8123,
+                }
+            ]
+        }
         data = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -40,9 +49,11 @@ async def test_search_docs_asks_a_knowledge_base_through_the_real_client():
 
         def client():
             return retrieve_client(
-                region_name="us-east-1", endpoint_url=server.url,
-                aws_access_key_id="x", aws_secret_access_key="y",
-            )  # fmt: skip
+                region_name="us-east-1",
+                endpoint_url=server.url,
+                aws_access_key_id="x",
+                aws_secret_access_key="y",
+            )
 
         tool = knowledge_base_tool("KB12345678", client)
         reply = await tool.run(tool.input_model(query="barge-in"))
@@ -53,8 +64,12 @@ async def test_search_docs_asks_a_knowledge_base_through_the_real_client():
         "retrievalConfiguration": {"vectorSearchConfiguration": {"numberOfResults": 3}},
     }
     assert authorization.startswith("AWS4-HMAC-SHA256")  # signed, as Bedrock wants it
-    assert reply["matches"] == [{
-        "file": "barge-in.md", "heading": "",
-        "excerpt": "Barge-in cancels the turn. The next answer starts at once.",
-        "summary": "Barge-in cancels the turn.", "score": 0.812,
-    }]  # fmt: skip
+    assert reply["matches"] == [
+        {
+            "file": "barge-in.md",
+            "heading": "",
+            "excerpt": "Barge-in cancels the turn. The next answer starts at once.",
+            "summary": "Barge-in cancels the turn.",
+            "score": 0.812,
+        }
+    ]

@@ -19,7 +19,7 @@ from stacks.lambda_bundle import (
 
 # Lambda's limit is 250 MB unzipped. 80 MB before the Strands SDK (issue 27), which with its
 # dependencies (aiohttp, cryptography, opentelemetry, mcp) adds ~15 MB: on disk only, imported
-# only by a deployment that runs a Strands agent (functions/worker_run.py imports it lazily).
+# only by a deployment that runs a Strands agent (functions/worker/run.py imports it lazily).
 MAX_BUNDLE_BYTES = 110 * 1024 * 1024
 AARCH64 = 0xB7  # ELF e_machine of arm64
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,9 +56,16 @@ def test_the_bundle_leaves_out_the_tools_the_container_and_the_tests(arm64_bundl
     root = arm64_bundle.directory
     names = {path.relative_to(root).as_posix() for path in root.rglob("*")}
     absent_names = (
-        "speech_server", "onnxruntime", "kokoro_onnx", "numpy", "voicewire_tools/local_stack",
-        "voicewire_tools/commands", "voicewire_tools/cli.py", "tests", "moto",
-    )  # fmt: skip
+        "speech_server",
+        "onnxruntime",
+        "kokoro_onnx",
+        "numpy",
+        "voicewire_tools/local_stack",
+        "voicewire_tools/commands",
+        "voicewire_tools/cli.py",
+        "tests",
+        "moto",
+    )
     for absent in absent_names:
         assert not any(name == absent or name.startswith(absent + "/") for name in names), absent
     assert not list(root.rglob("__pycache__"))
@@ -110,7 +117,10 @@ def test_the_handlers_import_from_the_bundle_alone(tmp_path):
     )
     result = subprocess.run(
         [sys.executable, "-S", "-E", "-c", probe, str(bundle.directory)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

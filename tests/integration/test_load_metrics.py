@@ -40,10 +40,14 @@ def statistics(metric: str, statistic: str) -> list[float]:
     cloudwatch = boto3.client("cloudwatch", region_name="us-east-1")
     now = datetime.datetime.now(datetime.UTC)
     answer = cloudwatch.get_metric_statistics(
-        Namespace=NAMESPACE, MetricName=metric, Dimensions=TARGET.dimensions,
-        StartTime=now - datetime.timedelta(minutes=5), EndTime=now + datetime.timedelta(minutes=1),
-        Period=60, Statistics=[statistic],
-    )  # fmt: skip
+        Namespace=NAMESPACE,
+        MetricName=metric,
+        Dimensions=TARGET.dimensions,
+        StartTime=now - datetime.timedelta(minutes=5),
+        EndTime=now + datetime.timedelta(minutes=1),
+        Period=60,
+        Statistics=[statistic],
+    )
     return [point[statistic] for point in answer["Datapoints"]]
 
 

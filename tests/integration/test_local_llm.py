@@ -355,9 +355,12 @@ def test_the_install_command_is_one_uv_accepts():
 
     checked = subprocess.run(
         [*install_command(), "--dry-run", "--locked"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "UV_NO_PROGRESS": "1"},
-    )  # fmt: skip
+    )
     assert checked.returncode == 0, checked.stderr
 
 
@@ -368,9 +371,10 @@ def test_a_failed_install_says_so():
 
     with pytest.raises(LocalLlmSetupError, match="failed"):
         ensure_local_llm(
-            progress=lambda line: None, installed=lambda: False,
+            progress=lambda line: None,
+            installed=lambda: False,
             run=lambda command, **_: subprocess.CompletedProcess(command, 1),
-        )  # fmt: skip
+        )
 
 
 def test_llm_arguments_are_checked():

@@ -282,13 +282,22 @@ def test_replay_runs_every_sample_event():
     connect_first = [s for s in samples if s.endswith("/connect.json")] + samples
     result = subprocess.run(
         [sys.executable, "-m", "voicewire_tools.cli", "replay", *connect_first],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.count("== ") == len(connect_first)
-    for code in ("missing_prompt", "invalid_mode", "speed_out_of_range", "text_too_long",
-                 "unknown_action", "invalid_json"):  # fmt: skip
+    for code in (
+        "missing_prompt",
+        "invalid_mode",
+        "speed_out_of_range",
+        "text_too_long",
+        "unknown_action",
+        "invalid_json",
+    ):
         assert f'"code":"{code}"' in out
     assert '"Effect": "Allow"' in out and out.count('"Effect": "Deny"') == 4
     assert "invoked voicewire-worker (Event)" in out
@@ -313,11 +322,27 @@ def test_demo_reports_both_modes(stack, tmp_path):
     assert asyncio.run(speak_and_settle(stack, "Warm up.")).status == "complete"
     figures = tmp_path / "demo.json"
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire_tools.commands.agent_infra", "demo",
-         "--url", stack.ws_url + "?token=unchecked-locally", "--trials", "1",
-         "--prompt", "Hello there", "--json", str(figures), "--out-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "voicewire_tools.commands.agent_infra",
+            "demo",
+            "--url",
+            stack.ws_url + "?token=unchecked-locally",
+            "--trials",
+            "1",
+            "--prompt",
+            "Hello there",
+            "--json",
+            str(figures),
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     report = json.loads(figures.read_text())
     for mode in ("bidi", "batch"):
@@ -356,11 +381,27 @@ def test_demo_compares_with_the_seeds_pipeline_over_both_speech_links(tmp_path):
     (here over both speech links at once, which it also compares)."""
     figures = tmp_path / "demo.json"
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire_tools.cli", "demo", "--trials", "1",
-         "--speech-link", "sagemaker,websocket", "--prompt", "Hello there",
-         "--json", str(figures), "--out-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "voicewire_tools.cli",
+            "demo",
+            "--trials",
+            "1",
+            "--speech-link",
+            "sagemaker,websocket",
+            "--prompt",
+            "Hello there",
+            "--json",
+            str(figures),
+            "--out-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     report = json.loads(figures.read_text())
     assert set(report["links"]) == {"sagemaker", "websocket"}
@@ -399,10 +440,23 @@ def test_demo_compares_with_the_seeds_pipeline_over_both_speech_links(tmp_path):
 def test_ask_cli_prints_the_timeline_and_writes_audio(stack, tmp_path):
     out = tmp_path / "answer.wav"
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire_tools.cli", "ask", "--speak", "Short and sweet.",
-         "--url", stack.ws_url, "--out", str(out)],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "voicewire_tools.cli",
+            "ask",
+            "--speak",
+            "Short and sweet.",
+            "--url",
+            stack.ws_url,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "turn_start" in lines[0] and any("turn_end    complete" in line for line in lines)
@@ -415,8 +469,11 @@ def test_ask_cli_prints_the_timeline_and_writes_audio(stack, tmp_path):
 def test_ask_cli_lists_the_stacks_voices_with_the_default_marked(stack):
     result = subprocess.run(
         [sys.executable, "-m", "voicewire_tools.cli", "ask", "--voices", "--url", stack.ws_url],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 54 and lines[0].split()[0] == "af_alloy"  # English first, by name
@@ -470,11 +527,24 @@ def test_voicewire_up_prints_its_urls_and_stops_on_ctrl_c(tmp_path):
 
     port, speech_port, runtime_port = free_port(), free_port(), free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "voicewire_tools.cli", "up", "--port", str(port),
-         "--speech-port", str(speech_port), "--runtime-port", str(runtime_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+        [
+            sys.executable,
+            "-m",
+            "voicewire_tools.cli",
+            "up",
+            "--port",
+            str(port),
+            "--speech-port",
+            str(speech_port),
+            "--runtime-port",
+            str(runtime_port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=ROOT,
         env={**__import__("os").environ, "VOICEWIRE_CACHE_DIR": str(tmp_path)},
-    )  # fmt: skip
+    )
     lines = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -487,8 +557,11 @@ def test_voicewire_up_prints_its_urls_and_stops_on_ctrl_c(tmp_path):
     assert "assembling Kokoro-82M int8 ONNX" in output  # first run: the long step says so
     busy = subprocess.run(
         [sys.executable, "-m", "voicewire_tools.cli", "up", "--port", str(port)],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert busy.returncode != 0
     assert busy.stderr.strip().splitlines() == [
         f"voicewire up: port {port} on 127.0.0.1 is already in use"
@@ -527,9 +600,12 @@ async def test_an_outside_dynamodb_endpoint_is_used():
                 # $disconnect route cancels a turn the worker has not yet marked complete).
                 await asyncio.to_thread(local.functions.wait, 30)
         table = boto3.resource(
-            "dynamodb", endpoint_url=endpoint, region_name="us-east-1",
-            aws_access_key_id="local", aws_secret_access_key="local",
-        ).Table("voicewire-sessions")  # fmt: skip
+            "dynamodb",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="local",
+            aws_secret_access_key="local",
+        ).Table("voicewire-sessions")
         # moto servers in one process share their state, so look for this turn by its id.
         (turn,) = [item for item in table.scan()["Items"] if item["sk"] == f"turn#{turn_id}"]
         assert turn["status"] == "complete" and turn["audio_bytes"] == audio_bytes > 0
@@ -583,9 +659,10 @@ async def test_asks_and_a_cancel_sent_at_once_leave_no_turn_behind(stack):
     numbers = {f["turn_id"]: f["turn"] for f in control if f["type"] == "turn_start"}
     for turn_id, number in numbers.items():
         end = next(
-            i for i, f in enumerate(frames)
+            i
+            for i, f in enumerate(frames)
             if isinstance(f, dict) and f["type"] == "turn_end" and f["turn_id"] == turn_id
-        )  # fmt: skip
+        )
         assert all(f[0] != number for f in frames[end:] if isinstance(f, tuple))
     await asyncio.to_thread(stack.functions.wait, 30)
     assert _turns_left_running(stack) == []
@@ -612,9 +689,9 @@ class WorkerKilled(BaseException):
 async def test_lambda_retries_a_dead_worker_which_ends_the_turn_without_speaking_again(
     stack, monkeypatch
 ):
-    from functions import worker_run
     from functions.conversation.turn_frames import turn_start
-    from functions.turn_endings import relay_for
+    from functions.worker import run as worker_run
+    from functions.worker.endings import relay_for
 
     async def start_then_die(job, adapters, invocation, policy, head):
         monkeypatch.setattr(worker_run, "run_claimed", real)  # only the first attempt dies
@@ -715,5 +792,8 @@ async def test_words_heard_ms_and_the_history_over_both_speech_links(stack, link
     last = history["messages"][-1]
     assert last["role"] == "assistant" and last["interrupted"] is True
     assert last["text"] == " ".join(w["text"] for w in words[:3])
-    assert history["messages"][-2] == {"role": "user", "text": "Tell me everything",
-                                       "interrupted": False}  # fmt: skip
+    assert history["messages"][-2] == {
+        "role": "user",
+        "text": "Tell me everything",
+        "interrupted": False,
+    }

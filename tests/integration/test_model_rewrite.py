@@ -42,8 +42,15 @@ def quantized_graph() -> onnx.ModelProto:
     nodes = [
         helper.make_node("DynamicQuantizeLinear", ["x"], ["x_q", "x_s", "x_zp"]),
         helper.make_node(
-            "ConvInteger", ["x_q", "w_q", "x_zp", "w_zp"], ["c_i"], name="conv_quant",
-            kernel_shape=[3], pads=[1, 1], strides=[1], dilations=[1], group=1,
+            "ConvInteger",
+            ["x_q", "w_q", "x_zp", "w_zp"],
+            ["c_i"],
+            name="conv_quant",
+            kernel_shape=[3],
+            pads=[1, 1],
+            strides=[1],
+            dilations=[1],
+            group=1,
         ),
         helper.make_node("Mul", ["x_s", "w_scale"], ["b_scale"]),
         helper.make_node("Div", ["b", "b_scale"], ["b_div"]),
@@ -59,7 +66,7 @@ def quantized_graph() -> onnx.ModelProto:
         helper.make_node("Cast", ["m_i"], ["m_f"], to=TensorProto.FLOAT),
         helper.make_node("Mul", ["t_s", "m_scale"], ["m_s"]),
         helper.make_node("Mul", ["m_f", "m_s"], ["y"]),
-    ]  # fmt: skip
+    ]
     graph = helper.make_graph(
         nodes,
         "quantized",

@@ -17,13 +17,28 @@ def test_real_pip_audit_output_reads_back(tmp_path):
     requirements = tmp_path / "requirements.txt"
     exported = subprocess.run(
         [sys.executable, "-c", "import importlib.metadata as m; print(m.version('idna'))"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     requirements.write_text(f"idna=={exported.stdout.strip()}\n")
     result = subprocess.run(
-        [sys.executable, "-m", "pip_audit", "-r", str(requirements), "--no-deps",
-         "--disable-pip", "--format", "json", "--progress-spinner", "off"],
-        capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip_audit",
+            "-r",
+            str(requirements),
+            "--no-deps",
+            "--disable-pip",
+            "--format",
+            "json",
+            "--progress-spinner",
+            "off",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     report = read_report(json.loads(result.stdout))
     assert report.audited + len(report.skipped) == 1

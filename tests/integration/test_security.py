@@ -25,7 +25,7 @@ from test_handlers import (  # noqa: F401 (fixture)
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from functions.auth_tokens import (
+from functions.access.tickets import (
     AUDIENCE,
     ISSUER,
     LEEWAY_SECONDS,
@@ -214,9 +214,12 @@ def test_the_turn_window_starts_over_each_minute_and_holds_under_concurrency(ada
 @pytest.fixture(scope="module")
 def guarded_stack():
     options = StackOptions(
-        port=0, speech_port=0, runtime_port=0, tokens=True,
+        port=0,
+        speech_port=0,
+        runtime_port=0,
+        tokens=True,
         allowed_origins=frozenset({"https://app.example.com"}),
-    )  # fmt: skip
+    )
     with LocalStack(options, lambda line: None) as local:
         yield local
 
@@ -302,9 +305,13 @@ async def test_a_turn_stops_at_its_speech_limit_with_the_audio_up_to_it_counted(
     text = "This sentence is long enough to take well over a second to say, every time."
     async with open_speech_session(speech_server.ws_url) as speech:
         runner = TurnRunner(
-            TurnSpec("t-limit", 1, "speak", clock.time()), relay, speech, asyncio.Event(),
-            text=text, max_speech_seconds=limit_seconds,
-        )  # fmt: skip
+            TurnSpec("t-limit", 1, "speak", clock.time()),
+            relay,
+            speech,
+            asyncio.Event(),
+            text=text,
+            max_speech_seconds=limit_seconds,
+        )
         outcome = await runner.run()
         await speech.send("Still here.")  # the session is still good for the next turn
     frames = [

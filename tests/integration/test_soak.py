@@ -160,8 +160,9 @@ def test_the_verdict_tells_a_leak_from_jitter():
 
 
 def test_the_sampler_finds_a_child_process_by_walking_proc():
-    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
-                             stdin=subprocess.PIPE)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
     try:
         sampler = soak.ProcessSampler(stack=None)
         sampler.sample()

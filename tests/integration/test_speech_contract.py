@@ -61,9 +61,13 @@ def start_frame(request_id: str) -> str:
 
 def complete_frame(request_id: str, audio: bytes) -> str:
     frame = SynthesisComplete(
-        request_id=request_id, audio_seconds=len(audio) / 48_000, audio_bytes=len(audio),
-        chunks=1, first_audio_ms=12.5, elapsed_ms=20.0,
-    )  # fmt: skip
+        request_id=request_id,
+        audio_seconds=len(audio) / 48_000,
+        audio_bytes=len(audio),
+        chunks=1,
+        first_audio_ms=12.5,
+        elapsed_ms=20.0,
+    )
     return dump_frame(frame)
 
 
@@ -97,7 +101,7 @@ async def test_what_the_client_sends_is_what_the_server_parses():
         speed=1.25,
         request_id=request_id,
         fast_start=False,
-    )  # fmt: skip  (the zero-width space is not said: the same rule on both sides)
+    )  # (the zero-width space is not said: the same rule on both sides)
     assert isinstance(ping, PingMessage) and ping.request_id
     assert cancel_one == CancelMessage(type="cancel", request_id=request_id)
     assert cancel_all == CancelMessage(type="cancel")
@@ -180,8 +184,13 @@ async def test_a_frame_of_an_unknown_type_is_skipped():
 async def test_a_field_the_client_does_not_know_is_ignored_and_a_new_code_kept_as_text():
     async def answer(ws: ServerConnection, message) -> None:
         if isinstance(message, SynthesisRequest) and message.text == "Refuse me.":
-            frame = {"type": "error", "code": "voice_retired", "message": "gone",
-                     "request_id": message.request_id, "since": "v9"}  # fmt: skip
+            frame = {
+                "type": "error",
+                "code": "voice_retired",
+                "message": "gone",
+                "request_id": message.request_id,
+                "since": "v9",
+            }
             await ws.send(json.dumps(frame))
             return
         await speak(ws, message)
@@ -199,8 +208,9 @@ async def test_a_field_the_client_does_not_know_is_ignored_and_a_new_code_kept_a
 
 async def test_an_error_frame_is_read_with_the_server_s_model():
     async def answer(ws: ServerConnection, message) -> None:
-        frame = ErrorFrame(code=ErrorCode.UNKNOWN_VOICE, message="no voice 'x'",
-                           request_id=message.request_id)  # fmt: skip
+        frame = ErrorFrame(
+            code=ErrorCode.UNKNOWN_VOICE, message="no voice 'x'", request_id=message.request_id
+        )
         await ws.send(dump_frame(frame))
 
     async with scripted_server(answer) as (url, _), open_speech_session(url) as session:
@@ -215,12 +225,18 @@ async def test_an_error_frame_is_read_with_the_server_s_model():
     ("frame", "says"),
     [
         ('{"type": "synthesis_start"}', "request_id: Field required"),
-        ('{"type": "synthesis_complete", "request_id": "{id}", "audio_seconds": "long",'
-         ' "audio_bytes": 2, "chunks": 1, "elapsed_ms": 1}', "audio_seconds: Input should be"),
-        ('{"type": "synthesis_complete", "request_id": "{id}", "status": "done",'
-         ' "audio_seconds": 0, "audio_bytes": 0, "chunks": 0, "elapsed_ms": 1}', "status: "),
+        (
+            '{"type": "synthesis_complete", "request_id": "{id}", "audio_seconds": "long",'
+            ' "audio_bytes": 2, "chunks": 1, "elapsed_ms": 1}',
+            "audio_seconds: Input should be",
+        ),
+        (
+            '{"type": "synthesis_complete", "request_id": "{id}", "status": "done",'
+            ' "audio_seconds": 0, "audio_bytes": 0, "chunks": 0, "elapsed_ms": 1}',
+            "status: ",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_a_frame_that_breaks_the_protocol_fails_the_session_with_a_typed_error(frame, says):
     async with (
         scripted_server(frames_then_speak(frame)) as (url, _),

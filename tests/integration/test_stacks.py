@@ -15,7 +15,7 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 from aws_cdk.assertions import Match, Template
 
-from functions.worker_policy import worker_policy_for
+from functions.worker.policy import worker_policy_for
 from stacks.voice_api import bedrock_resources
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,11 +99,13 @@ def test_the_functions_are_arm64_python_312_and_run_the_handlers(template):
 
 def worker_settings(template: Template) -> tuple[dict, dict]:
     (worker,) = [
-        f["Properties"] for f in resources(template, "AWS::Lambda::Function").values()
+        f["Properties"]
+        for f in resources(template, "AWS::Lambda::Function").values()
         if f["Properties"]["Handler"] == "functions.handlers.worker.handler"
-    ]  # fmt: skip
-    (invoke,) = [i["Properties"] for i in resources(template, "AWS::Lambda::EventInvokeConfig")
-                 .values()]  # fmt: skip
+    ]
+    (invoke,) = [
+        i["Properties"] for i in resources(template, "AWS::Lambda::EventInvokeConfig").values()
+    ]
     return worker, invoke
 
 
@@ -208,9 +210,9 @@ def test_an_account_without_api_gateways_logging_role_gets_a_stage_it_can_create
     assert any(
         "no access logs" in str(w) and "--create-api-logging-role" in str(w) for w in warnings
     )
-    assert not Template.from_json(stack.template).find_resources("AWS::Logs::LogGroup", {
-        "Properties": {"LogGroupName": Match.absent()}
-    }).keys() >= {"AccessLogs"}  # fmt: skip
+    assert not Template.from_json(stack.template).find_resources(
+        "AWS::Logs::LogGroup", {"Properties": {"LogGroupName": Match.absent()}}
+    ).keys() >= {"AccessLogs"}
 
 
 def test_audio_is_base64_unless_binary_frames_were_proven(template, tmp_path):
@@ -250,8 +252,9 @@ def test_the_worker_may_invoke_the_speech_endpoint_and_the_model_only(template):
     sagemaker = [s for s in statements if "sagemaker:InvokeEndpoint" in s["Action"]]
     assert len(sagemaker) == 1
     assert set(sagemaker[0]["Action"]) == {
-        "sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithBidirectionalStream",
-    }  # fmt: skip
+        "sagemaker:InvokeEndpoint",
+        "sagemaker:InvokeEndpointWithBidirectionalStream",
+    }
     assert "endpoint/voicewire-kokoro-82m" in json.dumps(sagemaker[0]["Resource"])
     bedrock = [s for s in statements if s["Action"] == "bedrock:InvokeModelWithResponseStream"]
     assert len(bedrock) == 1 and "inference-profile/us.anthropic" in json.dumps(bedrock[0])
@@ -296,8 +299,9 @@ def test_cfn_lint_passes_on_every_template(assembly):
     cfn_lint = Path(sys.executable).parent / "cfn-lint"
     result = subprocess.run(
         [str(cfn_lint), "--ignore-checks", *CFN_LINT_ACCEPTED, "--", *templates],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -358,8 +362,9 @@ def test_sagemaker_reads_the_weights_only_and_the_wildcards_are_the_documented_o
     everywhere = [s for s in statements if "*" in _listed(s["Resource"])]
     # No resource-level permissions exist for these (the metric namespace is pinned).
     assert sorted(a for s in everywhere for a in _listed(s["Action"])) == [
-        "cloudwatch:PutMetricData", "ecr:GetAuthorizationToken",
-    ]  # fmt: skip
+        "cloudwatch:PutMetricData",
+        "ecr:GetAuthorizationToken",
+    ]
     (metrics,) = [s for s in everywhere if s["Action"] == "cloudwatch:PutMetricData"]
     # The container's load figures, which the endpoint scales on, and nothing else.
     assert metrics["Condition"]["StringEquals"]["cloudwatch:namespace"] == "voicewire/speech"
@@ -381,8 +386,9 @@ def test_clients_may_invoke_this_projects_endpoints_only(foundation):
     (policy,) = resources(foundation, "AWS::IAM::ManagedPolicy").values()
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
     assert set(statement["Action"]) == {
-        "sagemaker:InvokeEndpoint", "sagemaker:InvokeEndpointWithBidirectionalStream",
-    }  # fmt: skip
+        "sagemaker:InvokeEndpoint",
+        "sagemaker:InvokeEndpointWithBidirectionalStream",
+    }
     assert json.dumps(statement["Resource"]).endswith(':endpoint/voicewire-*"]]}')
 
 
@@ -397,8 +403,9 @@ def test_the_endpoint_mounts_the_weights_on_a_gpu_with_time_to_load(endpoint):
     assert (environment["VOICEWIRE_ENGINE"], environment["VOICEWIRE_DEVICE"]) == ("torch", "cuda")
     assert environment["VOICEWIRE_LOAD_METRICS"] == "cloudwatch"
     assert (environment["VOICEWIRE_ENDPOINT_NAME"], environment["VOICEWIRE_VARIANT_NAME"]) == (
-        "voicewire-kokoro-82m", "AllTraffic",
-    )  # fmt: skip
+        "voicewire-kokoro-82m",
+        "AllTraffic",
+    )
     assert environment["VOICEWIRE_METRICS_REGION"] == {"Ref": "AWS::Region"}
     (config,) = resources(endpoint, "AWS::SageMaker::EndpointConfig").values()
     (variant,) = config["Properties"]["ProductionVariants"]
@@ -464,9 +471,10 @@ def test_updates_keep_the_instance_count_and_scaling_lets_go_around_them(endpoin
 
 def test_the_endpoint_scales_on_its_engines_load_and_open_sessions(endpoint):
     (after,) = [
-        r for r in resources(endpoint, "Custom::EndpointAutoscaling").values()
+        r
+        for r in resources(endpoint, "Custom::EndpointAutoscaling").values()
         if r["Properties"]["Phase"] == "after"
-    ]  # fmt: skip
+    ]
     scaling = json.loads(after["Properties"]["Scaling"])
     assert (scaling["MinCapacity"], scaling["MaxCapacity"]) == (1, 4)
     policies = {p["PolicyName"]: p["Configuration"] for p in scaling["Policies"]}
@@ -479,9 +487,12 @@ def test_the_endpoint_scales_on_its_engines_load_and_open_sessions(endpoint):
     for policy, metric, target in ((busy, "EngineBusy", 60.0), (sessions, "OpenSessions", 38.0)):
         assert policy["TargetValue"] == target
         assert policy["CustomizedMetricSpecification"] == {
-            "MetricName": metric, "Namespace": "voicewire/speech", "Dimensions": dimensions,
-            "Statistic": "Average", "Unit": "Percent" if metric == "EngineBusy" else "Count",
-        }  # fmt: skip
+            "MetricName": metric,
+            "Namespace": "voicewire/speech",
+            "Dimensions": dimensions,
+            "Statistic": "Average",
+            "Unit": "Percent" if metric == "EngineBusy" else "Count",
+        }
         assert policy["ScaleInCooldown"] > policy["ScaleOutCooldown"]
     alarms = {
         a["Properties"]["MetricName"]: a["Properties"]
@@ -492,16 +503,20 @@ def test_the_endpoint_scales_on_its_engines_load_and_open_sessions(endpoint):
     # times a whole bidirectional session as one invocation.
     first_audio = alarms["FirstAudio"]
     assert (first_audio["Namespace"], first_audio["ExtendedStatistic"]) == (
-        "voicewire/speech", "p90",
-    )  # fmt: skip
+        "voicewire/speech",
+        "p90",
+    )
     assert first_audio["Threshold"] == 1000  # the GPU engine's
     assert first_audio["Dimensions"] == dimensions
 
 
 def test_the_scaling_function_may_touch_sagemakers_scalable_targets_only(endpoint):
     statements = _statements(endpoint)
-    changing = [s for s in statements if "application-autoscaling:RegisterScalableTarget" in
-                _listed(s["Action"])]  # fmt: skip
+    changing = [
+        s
+        for s in statements
+        if "application-autoscaling:RegisterScalableTarget" in _listed(s["Action"])
+    ]
     (statement,) = changing
     assert statement["Condition"] == {
         "StringEquals": {"application-autoscaling:service-namespace": "sagemaker"}
@@ -529,15 +544,23 @@ def test_the_image_asset_carries_the_bidirectional_streaming_label(assembly):
     # CDK names the image by the context's hash, and a new image rolls the endpoint, so a README,
     # page or stack edit must not be in it.
     assert sorted(path.name for path in source.iterdir()) == [
-        ".dockerignore", "container", "pyproject.toml", "uv.lock", "voicewire",
-    ]  # fmt: skip
+        ".dockerignore",
+        "container",
+        "pyproject.toml",
+        "uv.lock",
+        "voicewire",
+    ]
     assert sorted(path.name for path in (source / "container").iterdir()) == [
-        "Dockerfile", "speech_server",
-    ]  # fmt: skip
+        "Dockerfile",
+        "speech_server",
+    ]
     copied = re.findall(r"^COPY (?!--from)(.+) \S+$", dockerfile, re.MULTILINE)
     assert sorted(set(" ".join(copied).split())) == [
-        "container/speech_server", "pyproject.toml", "uv.lock", "voicewire",
-    ]  # fmt: skip
+        "container/speech_server",
+        "pyproject.toml",
+        "uv.lock",
+        "voicewire",
+    ]
     assert not list(source.rglob("__pycache__"))
 
 
@@ -616,16 +639,22 @@ def test_a_prebuilt_image_needs_no_asset_and_its_repository_may_be_pulled(tmp_pa
     manifest = json.loads(Path(built.directory, f"{stack.stack_name}.assets.json").read_text())
     assert not manifest.get("dockerImages")
     # SageMaker pulls with the execution role: exactly that repository's layers.
-    (pull,) = [
-        s for s in _statements(template) if "ecr:BatchGetImage" in _listed(s["Action"])
-    ]  # fmt: skip
+    (pull,) = [s for s in _statements(template) if "ecr:BatchGetImage" in _listed(s["Action"])]
     assert sorted(pull["Action"]) == [
-        "ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer",
-    ]  # fmt: skip
+        "ecr:BatchCheckLayerAvailability",
+        "ecr:BatchGetImage",
+        "ecr:GetDownloadUrlForLayer",
+    ]
     assert pull["Resource"] == {
-        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"},
-                          ":ecr:eu-west-1:210987654321:repository/team/voicewire-speech"]]
-    }  # fmt: skip
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":ecr:eu-west-1:210987654321:repository/team/voicewire-speech",
+            ],
+        ]
+    }
 
 
 def _listed(value) -> list:
@@ -684,9 +713,10 @@ def test_the_onnx_engine_runs_on_a_cpu_instance_with_the_assembled_files(tmp_pat
     assert image["source"]["dockerBuildTarget"] == "cpu"
     assert image["source"]["dockerOutputs"] == ["type=image,oci-mediatypes=false"]
     (first_audio,) = [
-        a for a in template.find_resources("AWS::CloudWatch::Alarm").values()
+        a
+        for a in template.find_resources("AWS::CloudWatch::Alarm").values()
         if a["Properties"]["MetricName"] == "FirstAudio"
-    ]  # fmt: skip
+    ]
     assert first_audio["Properties"]["Threshold"] == 2500
     voice_api = json.dumps(built.get_stack_by_name("VoiceApi").template)
     assert "voicewire-kokoro-82m-cpu" in voice_api  # the agent speaks through that endpoint

@@ -42,9 +42,14 @@ class Command:
     @classmethod
     def start(cls, argv: list[str], ports: tuple[int, ...], env: dict[str, str]) -> Command:
         process = subprocess.Popen(
-            [sys.executable, "-m", *argv], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, cwd=ROOT, env={**os.environ, **env}, start_new_session=True,
-        )  # fmt: skip
+            [sys.executable, "-m", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            env={**os.environ, **env},
+            start_new_session=True,
+        )
         command = cls(process, ports)
         threading.Thread(target=command._read, daemon=True).start()
         return command
@@ -128,10 +133,19 @@ def start_up(cache: Path | None = None) -> tuple[Command, int]:
     port, speech_port, runtime_port = free_port(), free_port(), free_port()
     env = {"VOICEWIRE_CACHE_DIR": str(cache)} if cache else {}
     command = Command.start(
-        ["voicewire_tools.cli", "up", "--port", str(port), "--speech-port", str(speech_port),
-         "--runtime-port", str(runtime_port)],
-        (port, speech_port, runtime_port), env,
-    )  # fmt: skip
+        [
+            "voicewire_tools.cli",
+            "up",
+            "--port",
+            str(port),
+            "--speech-port",
+            str(speech_port),
+            "--runtime-port",
+            str(runtime_port),
+        ],
+        (port, speech_port, runtime_port),
+        env,
+    )
     return command, port
 
 
@@ -178,8 +192,11 @@ def test_voicewire_up_stops_at_any_moment(moment, signum, group, tmp_path):
 
 def test_serve_speech_stops_at_any_moment():
     # Listening, the model not yet loading; loading; ready.
-    for wait, signum in (("speech server on", signal.SIGINT), ("loading ", signal.SIGINT),
-                         ("ready in", signal.SIGTERM)):  # fmt: skip
+    for wait, signum in (
+        ("speech server on", signal.SIGINT),
+        ("loading ", signal.SIGINT),
+        ("ready in", signal.SIGTERM),
+    ):
         port = free_port()
         command = Command.start(
             ["voicewire_tools.cli", "serve-speech", "--port", str(port)], (port,), {}
@@ -227,9 +244,12 @@ def test_a_signal_another_thread_receives_still_stops_the_main_thread():
     # The signal is delivered to a thread that is not the main one: CPython only marks it pending
     # for the main thread, and an endless lock wait there never ran the handler (CI's hang).
     done = subprocess.run(
-        [sys.executable, "-c", WAIT_FOR_STOP_CHILD], capture_output=True, text=True, cwd=ROOT,
+        [sys.executable, "-c", WAIT_FOR_STOP_CHILD],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
         timeout=20,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("stopped "), done.stdout + done.stderr
     assert float(done.stdout.split()[1]) < 0.5 + 2

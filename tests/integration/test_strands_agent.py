@@ -16,14 +16,14 @@ from turn_harness import run_turn
 
 from functions.adapters.llm import LlmError
 from functions.adapters.replay_llm import ReplayBedrockClient
-from functions.agent_events import (
+from functions.agent.events import (
     AgentText,
     AnswerEnded,
     ToolCallEnded,
     ToolCallOpened,
     ToolCallStarted,
 )
-from functions.strands_agent import StrandsAgentTurn, agent_factory
+from functions.agent.strands_agent import StrandsAgentTurn, agent_factory
 from functions.tools import sample_tools
 from voicewire.error_codes import ErrorCode
 

@@ -46,9 +46,12 @@ class TextFramesGateway:
             action = json.loads(message)
             turn_id = action.get("turn_id", "t-1")
             start = {
-                "type": "turn_start", "turn_id": turn_id, "turn": 1, "mode": "speak",
+                "type": "turn_start",
+                "turn_id": turn_id,
+                "turn": 1,
+                "mode": "speak",
                 "audio": {"delivery": delivery},
-            }  # fmt: skip
+            }
             await websocket.send(json.dumps(start))
             text = {"type": "text_delta", "turn_id": turn_id, "seq": 0, "text": "Hi."}
             await websocket.send(json.dumps(text))
@@ -61,10 +64,13 @@ class TextFramesGateway:
                 else:  # raw bytes in a text frame: the client fails the connection here
                     await websocket.send(encode_audio_frame(1, seq, PCM), text=True)
             end = {
-                "type": "turn_end", "turn_id": turn_id, "status": "complete",
-                "timings": {"first_audio_ms": 10.0}, "audio_bytes": 2 * len(PCM),
+                "type": "turn_end",
+                "turn_id": turn_id,
+                "status": "complete",
+                "timings": {"first_audio_ms": 10.0},
+                "audio_bytes": 2 * len(PCM),
                 "audio_frames": 2,
-            }  # fmt: skip
+            }
             await websocket.send(json.dumps(end))
 
 
@@ -154,10 +160,22 @@ def test_voicewire_up_post_frames_becomes_the_stacks_option():
 
 def ask_cli(url: str, out: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "voicewire_tools.cli", "ask", "Hello, who are you?",
-         "--url", url, "--out", str(out)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "voicewire_tools.cli",
+            "ask",
+            "Hello, who are you?",
+            "--url",
+            url,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
 
 
 def test_ask_falls_back_to_base64_and_writes_the_whole_answer(text_stack, tmp_path):
@@ -184,10 +202,23 @@ def test_ask_falls_back_to_base64_and_writes_the_whole_answer(text_stack, tmp_pa
 
 def agent_infra_check(url: str, report_file: Path) -> tuple[subprocess.CompletedProcess[str], dict]:
     result = subprocess.run(
-        [sys.executable, "-m", "voicewire_tools.commands.agent_infra", "check",
-         "--url", url, "--prompt", "Hello there", "--json", str(report_file)],
-        capture_output=True, text=True, timeout=300, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "voicewire_tools.commands.agent_infra",
+            "check",
+            "--url",
+            url,
+            "--prompt",
+            "Hello there",
+            "--json",
+            str(report_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     return result, json.loads(report_file.read_text())
 
 

@@ -23,17 +23,21 @@ def bedrock_accepts(messages: list[dict]) -> None:
     for index, message in enumerate(messages):
         uses = [b["toolUse"]["toolUseId"] for b in message["content"] if "toolUse" in b]
         if message["role"] == "assistant" and uses:
-            answered = [b["toolResult"]["toolUseId"] for b in messages[index + 1]["content"]
-                        if "toolResult" in b]  # fmt: skip
+            answered = [
+                b["toolResult"]["toolUseId"]
+                for b in messages[index + 1]["content"]
+                if "toolResult" in b
+            ]
             assert answered == uses
 
 
 async def test_an_ask_that_needs_a_tool_is_answered_with_speech(stack):
     lines = []
     result = await run_turn(
-        stack.ws_url, {"action": "ask", "prompt": "What time is it in Paris?", "mode": "bidi"},
+        stack.ws_url,
+        {"action": "ask", "prompt": "What time is it in Paris?", "mode": "bidi"},
         on_event=lambda event: lines.append(timeline_line(event)),
-    )  # fmt: skip
+    )
     kinds = [event.kind for event in result.events]
     assert result.status == "complete" and len(result.audio) > 48_000
     start, end = kinds.index("tool_start"), kinds.index("tool_end")

@@ -28,9 +28,13 @@ async def test_bidi_speaks_the_preamble_while_the_tool_runs(aws, speech_server):
     # (its own test is below).
     tools = sample_tools(latency_seconds=4.0)
     outcome, connection, _ = await run_turn(
-        speech_server, "bidi", "What time is it in Paris?", tools=tools, pace=0.3,
+        speech_server,
+        "bidi",
+        "What time is it in Paris?",
+        tools=tools,
+        pace=0.3,
         tool_filler_seconds=None,
-    )  # fmt: skip
+    )
     frames = connection.frames()
     order = kinds(frames)
     assert outcome.status == "complete" and order[-1] == "turn_end"
@@ -58,9 +62,13 @@ async def test_a_slow_tool_with_no_preamble_gets_a_filler_once(aws, speech_serve
     rounds = [tool_call("", "current_time", '{"time_zone": "UTC"}'), answer("It is noon.")]
     with BedrockStandin(Script(rounds=rounds)) as standin:
         outcome, connection, _ = await run_turn(
-            speech_server, "bidi", "Time?", llm=client_for(standin),
-            tools=sample_tools(latency_seconds=1.5), tool_filler_seconds=0.4,
-        )  # fmt: skip
+            speech_server,
+            "bidi",
+            "Time?",
+            llm=client_for(standin),
+            tools=sample_tools(latency_seconds=1.5),
+            tool_filler_seconds=0.4,
+        )
     frames = connection.frames()
     order = kinds(frames)
     start, end = order.index("tool_start"), order.index("tool_end")
@@ -76,17 +84,25 @@ async def test_no_filler_when_the_tool_is_quick(aws, speech_server):
     rounds = [tool_call("", "current_time", '{"time_zone": "UTC"}'), answer("It is noon.")]
     with BedrockStandin(Script(rounds=rounds)) as standin:
         _, connection, _ = await run_turn(
-            speech_server, "bidi", "Time?", llm=client_for(standin), tools=sample_tools(),
+            speech_server,
+            "bidi",
+            "Time?",
+            llm=client_for(standin),
+            tools=sample_tools(),
             tool_filler_seconds=0.4,
-        )  # fmt: skip
+        )
     assert [s["text"] for s in control(connection.frames(), "sentence")] == ["It is noon."]
 
 
 async def test_batch_speaks_the_preamble_then_the_answer(aws, speech_server):
     outcome, connection, _ = await run_turn(
-        speech_server, "batch", "What do the voicewire docs say?", pace=0.3,
-        tools=sample_tools(latency_seconds=1.0), show_tool_data=True,
-    )  # fmt: skip
+        speech_server,
+        "batch",
+        "What do the voicewire docs say?",
+        pace=0.3,
+        tools=sample_tools(latency_seconds=1.0),
+        show_tool_data=True,
+    )
     frames = connection.frames()
     order = kinds(frames)
     sentences = control(frames, "sentence")
@@ -103,9 +119,13 @@ async def test_a_cancel_during_a_tool_stops_it_and_leaves_a_valid_history(aws, s
     tools = sample_tools(latency_seconds=8)
     started = time.monotonic()
     outcome, connection, replay = await run_turn(
-        speech_server, "bidi", "What time is it?", tools=tools, pace=0.3,
+        speech_server,
+        "bidi",
+        "What time is it?",
+        tools=tools,
+        pace=0.3,
         cancel_when=lambda data: data.startswith(b"{") and json.loads(data)["type"] == "tool_start",
-    )  # fmt: skip
+    )
     assert time.monotonic() - started < 6  # the 8 s tool was not waited for
     frames = connection.frames()
     assert outcome.status == "cancelled" and frames[-1]["status"] == "cancelled"
@@ -123,9 +143,12 @@ async def test_a_slow_tool_after_a_short_preamble_gets_the_filler_once_it_has_pl
     aws, speech_server
 ):
     outcome, connection, _ = await run_turn(
-        speech_server, "bidi", "What time is it in Paris?", tools=sample_tools(latency_seconds=4),
+        speech_server,
+        "bidi",
+        "What time is it in Paris?",
+        tools=sample_tools(latency_seconds=4),
         pace=0.3,
-    )  # fmt: skip
+    )
     frames = connection.frames()
     order = kinds(frames)
     start, end = order.index("tool_start"), order.index("tool_end")

@@ -29,8 +29,11 @@ def test_the_server_asked_for_cuda_without_one_exits_with_one_line_and_never_lis
     started = time.monotonic()
     server = subprocess.Popen(
         [sys.executable, "-m", "speech_server", "serve"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     listened = False
     try:
         while server.poll() is None and not listened and time.monotonic() - started < 60:

@@ -129,9 +129,12 @@ async def test_the_turn_streams_text_while_its_speech_session_opens(aws, speech_
         return session
 
     outcome, connection, _ = await run_turn(
-        speech_server, "bidi", "Hello there",  # the short recorded answer: three sentences
-        speech_opening=open_after_the_first_text, watch=watch,
-    )  # fmt: skip
+        speech_server,
+        "bidi",
+        "Hello there",  # the short recorded answer: three sentences
+        speech_opening=open_after_the_first_text,
+        watch=watch,
+    )
     assert outcome.status == "complete"
     frames = connection.frames()
     posted = [(at, frame) for (at, _), frame in zip(connection.posts, frames, strict=True)]

@@ -70,8 +70,10 @@ def test_a_word_said_otherwise_in_context_is_aligned_by_its_phonemes():
     alone = {"the": "ðə ðə", "cat": "kæt", "sat": "sæt"}
     plan = words_over_runs(["the", "cat", "sat"], ["ðə", "kæt", "sæt"], alone.__getitem__)
     assert [(w.text, w.first, w.stop) for w in plan] == [
-        ("the", 0, 1), ("cat", 1, 2), ("sat", 2, 3)
-    ]  # fmt: skip
+        ("the", 0, 1),
+        ("cat", 1, 2),
+        ("sat", 2, 3),
+    ]
 
 
 def test_the_timer_gives_each_word_once_its_last_run_is_timed():
@@ -318,8 +320,15 @@ def test_the_bench_check_measures_silences_between_words_not_inside_one():
 
     # Loud, a 0.2 s silence inside "$5" (espeak's own pause), loud, a 0.3 s silence, loud.
     rate = SAMPLE_RATE
-    audio = np.concatenate([np.full(rate // 2, 0.3), np.zeros(rate // 5), np.full(rate // 2, 0.3),
-                            np.zeros(3 * rate // 10), np.full(rate // 2, 0.3)])  # fmt: skip
+    audio = np.concatenate(
+        [
+            np.full(rate // 2, 0.3),
+            np.zeros(rate // 5),
+            np.full(rate // 2, 0.3),
+            np.zeros(3 * rate // 10),
+            np.full(rate // 2, 0.3),
+        ]
+    )
     gap = int(1.2 * rate)
     words = [
         Word("$5", 0, gap + 2400),

@@ -31,7 +31,7 @@ from functions.adapters.replay_llm import ReplayBedrockClient
 from functions.adapters.turn_ledger import TurnLedger
 from functions.handlers.connect import connect
 from functions.handlers.messages import handle_message
-from functions.worker_policy import WorkerPolicy
+from functions.worker.policy import WorkerPolicy
 from voicewire.error_codes import ErrorCode
 
 
@@ -161,9 +161,10 @@ def _bedrock_unreachable(adapters):
     from conftest import free_port
 
     client = boto3.client(
-        "bedrock-runtime", endpoint_url=f"http://127.0.0.1:{free_port()}",
+        "bedrock-runtime",
+        endpoint_url=f"http://127.0.0.1:{free_port()}",
         config=Config(retries={"total_max_attempts": 1}, connect_timeout=1),
-    )  # fmt: skip
+    )
     adapters.llm_client = lambda: client
     return "llm_failed"
 
@@ -199,10 +200,15 @@ def _session_not_returned(adapters):
 
 @pytest.mark.parametrize(
     "failure",
-    [_forbid_audio, _bedrock_unreachable, _empty_model_id, _history_unreadable,
-     _session_not_returned],
+    [
+        _forbid_audio,
+        _bedrock_unreachable,
+        _empty_model_id,
+        _history_unreadable,
+        _session_not_returned,
+    ],
     ids=lambda failure: failure.__name__.strip("_"),
-)  # fmt: skip
+)
 def test_a_worker_failing_at_each_stage_ends_its_turn_once(adapters, failure, capsys):
     connect(sample("connect"), adapters)
     job = accepted_job(adapters, "ask_bidi", prompt="Hello, who are you?")
@@ -287,8 +293,8 @@ FAST_POLICY = WorkerPolicy(
 
 
 def _watch(adapters, turns, job, during=None) -> tuple:
-    from functions.turn_guards import TurnStop, watch_turn
-    from functions.worker_job import WorkerJob
+    from functions.worker.guards import TurnStop, watch_turn
+    from functions.worker.job import WorkerJob
 
     async def watch():
         stop = TurnStop(asyncio.Event())

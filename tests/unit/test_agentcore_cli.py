@@ -20,13 +20,25 @@ def parse(*argv: str):
 
 
 def test_agentcore_acts_on_its_own_stack_with_the_agents_context():
-    deploy = parse("deploy", "--runtime", "agentcore", "--bedrock-model-id", "m",
-                   "--knowledge-base-id", "KB1", "--binary-audio")  # fmt: skip
+    deploy = parse(
+        "deploy",
+        "--runtime",
+        "agentcore",
+        "--bedrock-model-id",
+        "m",
+        "--knowledge-base-id",
+        "KB1",
+        "--binary-audio",
+    )
     assert agent_infra.plan(deploy) == (
         ["VoiceAgentRuntime"],
-        {"runtime": "agentcore", "bedrock_model_id": "m", "knowledge_base_id": "KB1",
-         "binary_audio": "true"},
-    )  # fmt: skip
+        {
+            "runtime": "agentcore",
+            "bedrock_model_id": "m",
+            "knowledge_base_id": "KB1",
+            "binary_audio": "true",
+        },
+    )
     destroy = parse("destroy", "--runtime", "agentcore")
     assert agent_infra.plan(destroy) == (["VoiceAgentRuntime"], {"runtime": "agentcore"})
     # The default is the WebSocket API, as before.
@@ -34,9 +46,9 @@ def test_agentcore_acts_on_its_own_stack_with_the_agents_context():
 
 
 @pytest.mark.parametrize(
-    "option", [["--with-page"], ["--allowed-origins", "https://a.example"],
-               ["--create-api-logging-role"]],
-)  # fmt: skip
+    "option",
+    [["--with-page"], ["--allowed-origins", "https://a.example"], ["--create-api-logging-role"]],
+)
 def test_the_apis_own_options_are_refused_for_agentcore(option):
     args = parse("deploy", "--runtime", "agentcore", "--bedrock-model-id", "m", *option)
     with pytest.raises(InfraError, match=f"not for --runtime agentcore: {option[0]}"):
@@ -58,9 +70,11 @@ def fake_credentials(monkeypatch):
     import botocore.auth
 
     for name, value in {
-        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE", "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
-        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent", "AWS_CONFIG_FILE": "/nonexistent",
-    }.items():  # fmt: skip
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+        "AWS_CONFIG_FILE": "/nonexistent",
+    }.items():
         monkeypatch.setenv(name, value)
     for name in ("AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
@@ -94,8 +108,9 @@ def test_url_prints_a_sigv4_presigned_wss_url_of_the_runtimes_ws(fake_credential
     assert presigned(capsys, "--session-id", SESSION, "--expires", "120") == url
     other = presigned(capsys, "--session-id", SESSION[::-1], "--expires", "120")
     assert parse_qs(urlsplit(other).query)["X-Amz-Signature"][0] != query["X-Amz-Signature"]
-    default = presigned(capsys, "--session-id", SESSION, "--expires", "120", "--qualifier",
-                        "DEFAULT")  # fmt: skip
+    default = presigned(
+        capsys, "--session-id", SESSION, "--expires", "120", "--qualifier", "DEFAULT"
+    )
     assert parse_qs(urlsplit(default).query)["X-Amz-Signature"][0] != query["X-Amz-Signature"]
 
 
@@ -111,10 +126,12 @@ def test_url_opens_a_new_session_by_default_and_says_which(fake_credentials, cap
 
 @pytest.mark.parametrize(
     "argv",
-    [["--runtime-arn", "arn:aws:lambda:eu-west-1:123456789012:function:f"],
-     ["--runtime-arn", ARN, "--expires", "301"],
-     ["--runtime-arn", ARN, "--session-id", "too-short"]],
-)  # fmt: skip
+    [
+        ["--runtime-arn", "arn:aws:lambda:eu-west-1:123456789012:function:f"],
+        ["--runtime-arn", ARN, "--expires", "301"],
+        ["--runtime-arn", ARN, "--session-id", "too-short"],
+    ],
+)
 def test_url_refuses_what_agentcore_would(argv, capsys):
     with pytest.raises(SystemExit) as exited:
         agent_infra.main(["url", *argv])

@@ -20,9 +20,13 @@ EVENTS = Path(__file__).resolve().parents[2] / "events" / "apigw"
 
 @pytest.mark.parametrize(
     ("region", "suffix"),
-    [("us-east-1", "amazonaws.com"), ("cn-north-1", "amazonaws.com.cn"),
-     ("us-gov-west-1", "amazonaws.com"), ("cn-east-9", "amazonaws.com.cn")],
-)  # fmt: skip
+    [
+        ("us-east-1", "amazonaws.com"),
+        ("cn-north-1", "amazonaws.com.cn"),
+        ("us-gov-west-1", "amazonaws.com"),
+        ("cn-east-9", "amazonaws.com.cn"),
+    ],
+)
 def test_each_partitions_endpoints(region, suffix):
     assert dns_suffix(region) == suffix
     assert runtime_endpoint(region) == f"https://runtime.sagemaker.{region}.{suffix}:8443"

@@ -20,12 +20,24 @@ from voicewire.speech_protocol import MAX_TEXT_CHARS
 
 VOICES = frozenset({"af_heart", "bf_emma"})
 VALID = {
-    "ask": {"action": "ask", "prompt": "Hi?", "mode": "bidi", "voice": "af_heart", "speed": 1.0,
-            "turn_id": "t-1", "text_deltas": "live"},
-    "speak": {"action": "speak", "text": "Hi.", "voice": "af_heart", "speed": 1.0,
-              "turn_id": "t-1"},
+    "ask": {
+        "action": "ask",
+        "prompt": "Hi?",
+        "mode": "bidi",
+        "voice": "af_heart",
+        "speed": 1.0,
+        "turn_id": "t-1",
+        "text_deltas": "live",
+    },
+    "speak": {
+        "action": "speak",
+        "text": "Hi.",
+        "voice": "af_heart",
+        "speed": 1.0,
+        "turn_id": "t-1",
+    },
     "cancel": {"action": "cancel", "turn_id": "t-1"},
-}  # fmt: skip
+}
 
 
 def refused(body: dict | str) -> ProtocolError:

@@ -20,15 +20,27 @@ TODAY = datetime.date(2026, 12, 1)
 # pip-audit 2.x's ``-f json`` shape: audited packages carry "vulns", skipped ones "skip_reason".
 REPORT = {
     "dependencies": [
-        {"name": "jinja2", "version": "2.4.1", "vulns": [
-            {"id": "PYSEC-2014-8", "fix_versions": ["2.7.2"], "aliases": ["CVE-2014-1402"],
-             "description": "..."}]},
+        {
+            "name": "jinja2",
+            "version": "2.4.1",
+            "vulns": [
+                {
+                    "id": "PYSEC-2014-8",
+                    "fix_versions": ["2.7.2"],
+                    "aliases": ["CVE-2014-1402"],
+                    "description": "...",
+                }
+            ],
+        },
         {"name": "starlette", "version": "0.50.0", "vulns": []},
-        {"name": "private-thing", "skip_reason": "Dependency not found on PyPI and could not be "
-                                                 "audited: private-thing (1.0)"},
+        {
+            "name": "private-thing",
+            "skip_reason": "Dependency not found on PyPI and could not be "
+            "audited: private-thing (1.0)",
+        },
     ],
     "fixes": [],
-}  # fmt: skip
+}
 
 
 def exception(review_by: datetime.date) -> AuditException:

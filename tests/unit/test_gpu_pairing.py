@@ -105,11 +105,15 @@ def test_the_image_installs_torch_from_the_lock_with_no_cuda_of_its_own():
 @pytest.mark.parametrize(
     ("instance_type", "gpu"),
     [
-        ("ml.g5.xlarge", True), ("ml.g6.2xlarge", True), ("ml.g4dn.xlarge", True),
-        ("ml.p4d.24xlarge", True), ("ml.c7i.xlarge", False), ("ml.m5.large", False),
+        ("ml.g5.xlarge", True),
+        ("ml.g6.2xlarge", True),
+        ("ml.g4dn.xlarge", True),
+        ("ml.p4d.24xlarge", True),
+        ("ml.c7i.xlarge", False),
+        ("ml.m5.large", False),
         ("ml.inf2.xlarge", False),
     ],
-)  # fmt: skip
+)
 def test_gpu_instance_types(instance_type, gpu):
     assert is_gpu_instance(instance_type) is gpu
 

@@ -26,8 +26,11 @@ TIERS = ("functions", "speech_server")
 def module_files() -> dict[str, Path]:
     files = {}
     for base, package_root in (
-        (ROOT, "voicewire"), (ROOT, "voicewire_tools"), (ROOT, "functions"), (ROOT, "stacks"),
-    ):  # fmt: skip
+        (ROOT, "voicewire"),
+        (ROOT, "voicewire_tools"),
+        (ROOT, "functions"),
+        (ROOT, "stacks"),
+    ):
         for path in (base / package_root).rglob("*.py"):
             files[_module_name(path.relative_to(base))] = path
     for path in (ROOT / "container" / "speech_server").rglob("*.py"):

@@ -72,8 +72,12 @@ def test_every_wrong_variable_is_named_at_once():
 
 
 def test_replay_needs_no_model_id_and_an_empty_optional_is_none():
-    env = {"VOICEWIRE_LLM": "replay", "VOICEWIRE_TOKEN_SECRET_PARAMETER": "",
-           "VOICEWIRE_CALLBACK_URL": "", "VOICEWIRE_VOICES": " , "}  # fmt: skip
+    env = {
+        "VOICEWIRE_LLM": "replay",
+        "VOICEWIRE_TOKEN_SECRET_PARAMETER": "",
+        "VOICEWIRE_CALLBACK_URL": "",
+        "VOICEWIRE_VOICES": " , ",
+    }
     settings = Settings.from_env(env)
     assert settings.llm == "replay" and settings.bedrock_model_id == ""
     assert settings.token_secret_parameter is None and settings.callback_url is None

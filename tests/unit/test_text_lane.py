@@ -55,9 +55,12 @@ class MemorySink:
 
 def turn_end(relay: Relay, status: str = "complete") -> TurnEnd:
     return TurnEnd(
-        turn_id="t-1", status=status, timings={},
-        audio_bytes=relay.audio_bytes, audio_frames=relay.audio_frames,
-    )  # fmt: skip
+        turn_id="t-1",
+        status=status,
+        timings={},
+        audio_bytes=relay.audio_bytes,
+        audio_frames=relay.audio_frames,
+    )
 
 
 def is_text_delta(frame: bytes | str) -> bool:

@@ -10,13 +10,13 @@ import pytest
 
 from functions.adapters.llm import converse_request
 from functions.adapters.replay_llm import ReplayBedrockClient, prompt_and_results
-from functions.agent_events import AgentText, ToolCallEnded, ToolCallStarted
-from functions.agent_loop import BedrockAgent
-from functions.tool_fillers import filler_for
+from functions.agent.events import AgentText, ToolCallEnded, ToolCallStarted
+from functions.agent.loop import BedrockAgent
 from functions.tools import sample_tools
 from functions.tools.current_time import current_time_tool, spoken_time
 from functions.tools.registry import tool_result
 from functions.tools.search_docs import DocsIndex, excerpt, search_docs_tool
+from functions.turn.filler_phrases import filler_for
 
 
 class FixedClock(datetime):
@@ -40,10 +40,12 @@ async def test_current_time_answers_in_the_zone_asked():
 
 @pytest.mark.parametrize(
     ("given", "expected"),
-    [({"time_zone": "Mars/Olympus"}, "not a known IANA time zone"),
-     ({"time_zone": 7}, "time_zone: Input should be a valid string"),
-     ({"time_zone": ""}, "time_zone: String should have at least 1 character")],
-)  # fmt: skip
+    [
+        ({"time_zone": "Mars/Olympus"}, "not a known IANA time zone"),
+        ({"time_zone": 7}, "time_zone: Input should be a valid string"),
+        ({"time_zone": ""}, "time_zone: String should have at least 1 character"),
+    ],
+)
 async def test_a_bad_zone_is_an_error_the_model_can_say(given, expected):
     outcome = await sample_tools(["current_time"]).run("t1", "current_time", given)
     assert outcome.status == "error"
@@ -120,9 +122,14 @@ async def test_search_docs_reads_a_given_folder(tmp_path):
 
 @pytest.mark.parametrize(
     ("language", "filler"),
-    [("en-US", "One moment."), ("fr-FR", "Un instant."), ("ja", "少々お待ちください。"),
-     (None, "One moment."), ("de-DE", "One moment.")],
-)  # fmt: skip
+    [
+        ("en-US", "One moment."),
+        ("fr-FR", "Un instant."),
+        ("ja", "少々お待ちください。"),
+        (None, "One moment."),
+        ("de-DE", "One moment."),
+    ],
+)
 def test_the_filler_follows_the_voice_language(language, filler):
     assert filler_for(language) == filler
 
@@ -137,15 +144,21 @@ def test_the_prompt_is_the_last_user_text_and_results_are_what_follows():
         {"role": "user", "content": [tool_result("a", "cut", "error"), {"text": "second"}]},
     ]
     assert prompt_and_results(messages) == ("second", [])  # an old turn's results
-    later = [*messages, {"role": "assistant", "content": [{"text": "ok"}]},
-             {"role": "user", "content": [tool_result("b", {"v": 1})]}]  # fmt: skip
+    later = [
+        *messages,
+        {"role": "assistant", "content": [{"text": "ok"}]},
+        {"role": "user", "content": [tool_result("b", {"v": 1})]},
+    ]
     assert prompt_and_results(later) == ("second", [tool_result("b", {"v": 1})["toolResult"]])
 
 
 @pytest.mark.parametrize(
-    ("prompt", "tool"), [("What time is it in Paris?", "current_time"),
-                         ("What do the voicewire docs say about deploying?", "search_docs")],
-)  # fmt: skip
+    ("prompt", "tool"),
+    [
+        ("What time is it in Paris?", "current_time"),
+        ("What do the voicewire docs say about deploying?", "search_docs"),
+    ],
+)
 async def test_tool_recordings_call_their_tool_and_answer_from_its_result(prompt, tool):
     registry = sample_tools()
     replay = ReplayBedrockClient(pace=0)

@@ -104,18 +104,26 @@ def test_a_turns_record_round_trips_through_the_table(connections, turns):
     turns.start("c1", "t1", "batch", now=1_800_000_000.25)
     started = turns.get("c1", "t1")
     assert started == TurnRecord(
-        connection_id="c1", turn_id="t1", mode="batch", status="running",
-        accepted_at=1_800_000_000.25, expires_at=started.expires_at, turn=1,
-    )  # fmt: skip
+        connection_id="c1",
+        turn_id="t1",
+        mode="batch",
+        status="running",
+        accepted_at=1_800_000_000.25,
+        expires_at=started.expires_at,
+        turn=1,
+    )
     assert not started.end_recorded
     assert started.expires_at > 1_800_000_000 + 7200  # the TTL outlives the connection
     turns.claim("c1", "t1", "worker-a", 30, now=1_800_000_001.0)
     turns.cancel("c1", "t1", heard_ms=640.5)
     counts = {"audio_bytes": 9600, "audio_frames": 1, "frames": 4, "bytes_sent": 9800}
     timings = Timings(first_text_ms=120.0, first_audio_ms=400.5, total_ms=900.0)
-    assert turns.finish(
-        "c1", "t1", "complete", timings, counts, "end_turn", "worker-a", "speech_failed"
-    ) == "cancelled"  # fmt: skip
+    assert (
+        turns.finish(
+            "c1", "t1", "complete", timings, counts, "end_turn", "worker-a", "speech_failed"
+        )
+        == "cancelled"
+    )
     ended = turns.get("c1", "t1")
     assert (ended.status, ended.turn, ended.mode, ended.heard_ms) == (
         "cancelled",
@@ -124,12 +132,17 @@ def test_a_turns_record_round_trips_through_the_table(connections, turns):
         640.5,
     )
     assert (ended.claimed_by, ended.claimed_at, ended.lease_until) == (
-        "worker-a", 1_800_000_001.0, 1_800_000_031.0,
-    )  # fmt: skip
+        "worker-a",
+        1_800_000_001.0,
+        1_800_000_031.0,
+    )
     assert ended.timings == timings and ended.timings.first_sentence_ms is None
     assert (ended.audio_bytes, ended.audio_frames, ended.frames, ended.bytes_sent) == (
-        9600, 1, 4, 9800,
-    )  # fmt: skip
+        9600,
+        1,
+        4,
+        9800,
+    )
     assert (ended.stop_reason, ended.error_code) == ("end_turn", "speech_failed")
     assert ended.end_recorded and ended.ended_at is not None
     assert turns.of_connection("c1") == [ended]

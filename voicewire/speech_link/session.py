@@ -137,8 +137,11 @@ class SpeechSession:
             raise self._failure
         request_id = request_id or f"{self._prefix}-{next(self._numbers)}"
         options = {
-            "voice": voice, "speed": speed, "fast_start": fast_start, "word_timings": word_timings
-        }  # fmt: skip
+            "voice": voice,
+            "speed": speed,
+            "fast_start": fast_start,
+            "word_timings": word_timings,
+        }
         body = {"text": text, "request_id": request_id}
         body |= {name: value for name, value in options.items() if value is not None}
         try:

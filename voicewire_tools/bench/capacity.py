@@ -491,9 +491,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hours", type=float, default=1.0, help="simulated time per scenario")
     parser.add_argument("--routing", choices=["random", "least"], default="random")
     parser.add_argument(
-        "--ramp-hours", type=float, default=2.0,
+        "--ramp-hours",
+        type=float,
+        default=2.0,
         help="simulated time of each autoscaled run (its load steps up at 0, 30 and 60 minutes)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--loads",
         default=",".join(map(str, LOADS)),
@@ -542,22 +544,35 @@ def capacity_report(
     policies = {
         # What the stack deploys: open sessions and the engine's busy share.
         "sessions_and_busy": Scenario(
-            ramp, 1, hours, autoscale=True, target_sessions=stack.TARGET_SESSIONS_PER_INSTANCE,
+            ramp,
+            1,
+            hours,
+            autoscale=True,
+            target_sessions=stack.TARGET_SESSIONS_PER_INSTANCE,
             target_busy_percent=stack.TARGET_ENGINE_BUSY_PERCENT,
         ),
         # The engine's busy share alone: the truth of the load, but it moves only once the
         # sessions' audio is being made.
         "busy_only": Scenario(
-            ramp, 1, hours, autoscale=True, target_sessions=None,
+            ramp,
+            1,
+            hours,
+            autoscale=True,
+            target_sessions=None,
             target_busy_percent=stack.TARGET_ENGINE_BUSY_PERCENT,
         ),
         # What the stack tracked before: SageMaker's invocations, 60 per instance per minute,
         # were SageMaker to count each synthesis request (it counts a stream once).
         "invocations": Scenario(
-            ramp, 1, hours, autoscale=True, target_sessions=None, target_busy_percent=None,
+            ramp,
+            1,
+            hours,
+            autoscale=True,
+            target_sessions=None,
+            target_busy_percent=None,
             target_requests_per_minute=60.0,
         ),
-    }  # fmt: skip
+    }
     autoscaled = {}
     for name, scenario in policies.items():
         print(f"simulating the autoscaled ramp ({name})...", flush=True)

@@ -194,8 +194,10 @@ def streamed(
     audio against the whole decode, ``runs`` times per text and voice."""
     assert engine.vocoder is not None, "the engine's graph splits"
     print(f"\nthe streamed vocoder: voice {voice}, {rounds} rounds, medians")
-    print(f"{'text':>9} | {'whole: first audio':>18} | {'streamed: first audio':>21} | "
-          "= text side + first window | all audio")  # fmt: skip
+    print(
+        f"{'text':>9} | {'whole: first audio':>18} | {'streamed: first audio':>21} | "
+        "= text side + first window | all audio"
+    )
     figures: dict[str, Any] = {"first_audio": {}, "quality": []}
     for label, text in TEXTS.items():
         whole, first, total, text_side, window = [], [], [], [], []
@@ -234,8 +236,9 @@ def streamed(
         )
     print("audio, streamed against whole (heard log-mel correlation; seam: its distance over the")
     print("farthest frame's around it, and its rank among the other places of the chunk;")
-    print(f"stall: playback waiting for the second window; runs: passed / identical bytes of "
-          f"{runs}):")  # fmt: skip
+    print(
+        f"stall: playback waiting for the second window; runs: passed / identical bytes of {runs}):"
+    )
     passed = True
     for label, text in TEXTS.items():
         for quality_voice in voices:
@@ -249,9 +252,12 @@ def streamed(
             ]
             check = checks[0] | {"stall_ms": max(c["stall_ms"] for c in checks)}
             check.update(
-                text=label, voice=quality_voice, runs=len(checks), runs_passed=sum(oks),
+                text=label,
+                voice=quality_voice,
+                runs=len(checks),
+                runs_passed=sum(oks),
                 identical=len(digests) == 1,
-            )  # fmt: skip
+            )
             figures["quality"].append(check)
             ok = all(oks) and check["identical"]
             passed &= ok

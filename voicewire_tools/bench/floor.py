@@ -77,15 +77,25 @@ async def measure(url: str, speech_url: str, trials: int) -> list[dict[str, Any]
             "delivery_ms": round(result.first("audio") - timings["first_audio_ms"], 1),
         }
         rows.append(row)
-        print(f"trial {trial}/{trials}: first chunk at {row['first_chunk_ms']:.0f} ms + engine "
-              f"{engine:.0f} ms = floor {floor:.0f} ms; first audio {row['first_audio_ms']:.0f} ms "
-              f"({row['ratio']:.2f}x)", flush=True)  # fmt: skip
+        print(
+            f"trial {trial}/{trials}: first chunk at {row['first_chunk_ms']:.0f} ms + engine "
+            f"{engine:.0f} ms = floor {floor:.0f} ms; first audio {row['first_audio_ms']:.0f} ms "
+            f"({row['ratio']:.2f}x)",
+            flush=True,
+        )
     return rows
 
 
 def report(rows: list[dict[str, Any]], machine: dict[str, Any]) -> dict[str, Any]:
-    keys = ("first_chunk_ms", "engine_ms", "floor_ms", "first_audio_ms", "ratio",
-            "link_relay_queueing_ms", "delivery_ms")  # fmt: skip
+    keys = (
+        "first_chunk_ms",
+        "engine_ms",
+        "floor_ms",
+        "first_audio_ms",
+        "ratio",
+        "link_relay_queueing_ms",
+        "delivery_ms",
+    )
     medians = {key: statistics.median(row[key] for row in rows) for key in keys}
     return {"machine": machine, "trials": len(rows), "median": medians, "rows": rows}
 
@@ -97,12 +107,15 @@ def print_report(data: dict[str, Any]) -> bool:
     print(f"  first chunk cut          {median['first_chunk_ms']:>7.0f}")
     print(f"  + engine alone (warm)    {median['engine_ms']:>7.0f}")
     print(f"  = floor                  {median['floor_ms']:>7.0f}")
-    print(f"  first audio posted       {median['first_audio_ms']:>7.0f}   "
-          f"(+{median['link_relay_queueing_ms']:.0f}: speech link, relay, queueing)")  # fmt: skip
+    print(
+        f"  first audio posted       {median['first_audio_ms']:>7.0f}   "
+        f"(+{median['link_relay_queueing_ms']:.0f}: speech link, relay, queueing)"
+    )
     print(f"  first audio at client    +{median['delivery_ms']:>6.0f}   (delivery)")
     met = median["ratio"] <= TARGET
-    print(f"measured / floor: {median['ratio']:.2f} (target <= {TARGET}) "
-          f"{'met' if met else 'MISSED'}")  # fmt: skip
+    print(
+        f"measured / floor: {median['ratio']:.2f} (target <= {TARGET}) {'met' if met else 'MISSED'}"
+    )
     return met
 
 

@@ -133,17 +133,21 @@ async def one_load(url: ConnectionUrl, stack: Any, clients: int, turns: int) -> 
 def print_report(data: dict[str, Any]) -> bool:
     print("\n" + machine_line(data["machine"]))
     print(f"\n{data['turns_per_client']} bidi turns per client, one after another")
-    print(f"  {'clients':>7}{'turns':>7}{'first audio p50':>17}{'p95':>10}{'stalls':>10}"
-          f"{'errors':>8}{'lost/misordered':>17}{'audio s/s':>11}{'peak RSS':>11}")  # fmt: skip
+    print(
+        f"  {'clients':>7}{'turns':>7}{'first audio p50':>17}{'p95':>10}{'stalls':>10}"
+        f"{'errors':>8}{'lost/misordered':>17}{'audio s/s':>11}{'peak RSS':>11}"
+    )
     clean = True
     for row in data["loads"]:
         clean &= row["errors"] == 0 and not row["frame_problems"]
         first, rate = row["first_audio_ms"], row["audio_seconds_per_wall_second"]
         stalls = row["stall_ms"]["total"] / 1000
-        print(f"  {row['clients']:>7}{row['turns']:>7}{first['p50'] / 1000:>15.2f} s"
-              f"{first['p95'] / 1000:>8.2f} s{stalls:>8.1f} s"
-              f"{row['errors']:>8}{len(row['frame_problems']):>17}"
-              f"{rate:>11.2f}{row['peak_rss_mb'] or 0:>8.0f} MB")  # fmt: skip
+        print(
+            f"  {row['clients']:>7}{row['turns']:>7}{first['p50'] / 1000:>15.2f} s"
+            f"{first['p95'] / 1000:>8.2f} s{stalls:>8.1f} s"
+            f"{row['errors']:>8}{len(row['frame_problems']):>17}"
+            f"{rate:>11.2f}{row['peak_rss_mb'] or 0:>8.0f} MB"
+        )
         if row["error_codes"] or set(row["statuses"]) - {"complete"}:
             print(f"  {'':>7}  errors: {row['error_codes']}, turns ended: {row['statuses']}")
     print("nothing lost, misordered or failed:", "yes" if clean else "NO")
@@ -159,8 +163,12 @@ def plot(data: dict[str, Any], path: Path) -> None:
     clients = [row["clients"] for row in data["loads"]]
     figure, axis = plt.subplots(figsize=(7, 4))
     for key, style in (("p50", "o-"), ("p95", "s--")):
-        axis.plot(clients, [row["first_audio_ms"][key] for row in data["loads"]], style,
-                  label=f"first audio {key}")  # fmt: skip
+        axis.plot(
+            clients,
+            [row["first_audio_ms"][key] for row in data["loads"]],
+            style,
+            label=f"first audio {key}",
+        )
     axis.set_xlabel("concurrent clients (one speech server, 2 cores)")
     axis.set_ylabel("ms")
     axis.set_xticks(clients)

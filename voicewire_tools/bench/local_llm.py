@@ -110,12 +110,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     for answer in answers:
         answer["right"] = any(word in answer["text"].lower() for word in answer["expected"])
-        print(f"  {'right' if answer['right'] else 'WRONG'}  {answer['prompt']} -> "
-              f"{answer['text']!r}", flush=True)  # fmt: skip
+        print(
+            f"  {'right' if answer['right'] else 'WRONG'}  {answer['prompt']} -> "
+            f"{answer['text']!r}",
+            flush=True,
+        )
     tools = [tool_trial(client, case) for case in TOOL_CASES]
     for trial in tools:
-        print(f"  tool {'right' if trial['right'] else 'WRONG'}  {trial['prompt']} -> "
-              f"{trial['text']!r}", flush=True)  # fmt: skip
+        print(
+            f"  tool {'right' if trial['right'] else 'WRONG'}  {trial['prompt']} -> "
+            f"{trial['text']!r}",
+            flush=True,
+        )
     data = {
         "machine": machine,
         "model": client.model.model_id,
@@ -205,8 +211,10 @@ def _median(values: Any) -> float:
 
 def print_report(data: dict[str, Any]) -> None:
     quality, tools = data["quality"], data["tool_use"]
-    print(f"\nlocal LLM {data['model']} on {data['threads']} threads (loaded in "
-          f"{data['load_s']:.1f} s)")  # fmt: skip
+    print(
+        f"\nlocal LLM {data['model']} on {data['threads']} threads (loaded in "
+        f"{data['load_s']:.1f} s)"
+    )
     print(f"  factual questions right   {quality['right']}/{quality['asked']}")
     print(f"  time to first token       {data['first_token_ms']:.0f} ms (median)")
     print(f"  tokens per second         {data['tokens_per_second']:.0f} (median, after the first)")

@@ -171,8 +171,9 @@ class ProcessSampler:
     """Samples every process of a stack: this one, the speech server, and all below them."""
 
     def __init__(self, stack: Any) -> None:
-        self.names: dict[int, str] = {os.getpid(): "this process (gateway, functions, runtime, "
-                                      "DynamoDB, clients)"}  # fmt: skip
+        self.names: dict[int, str] = {
+            os.getpid(): "this process (gateway, functions, runtime, DynamoDB, clients)"
+        }
         speech = getattr(stack, "_speech_process", None)  # the stack's subprocess, if it has one
         if speech is not None:
             self.names[speech.pid] = "speech server"
@@ -316,8 +317,9 @@ async def soak(
     least_warmup_s = round(WARMUP_FRACTION * seconds, 1)
     # Samples on the interval's grid, and exactly at the warm-up's least end and when the time
     # is up, both while the clients are busy, so that the two figures compare like with like.
-    schedule = sorted({*(i * interval_s for i in range(int(seconds / interval_s) + 1)),
-                       least_warmup_s, seconds})  # fmt: skip
+    schedule = sorted(
+        {*(i * interval_s for i in range(int(seconds / interval_s) + 1)), least_warmup_s, seconds}
+    )
     schedule = [at for at in schedule if at <= seconds]
     sampler = ProcessSampler(stack)
     tally = Tally(started=sampler.started)
@@ -337,13 +339,15 @@ async def soak(
     warmup_s = max(least_warmup_s, *cycles_done)
     processes = []
     for pid, samples in sampler.samples.items():
-        processes.append({
-            "pid": pid,
-            "name": sampler.names[pid],
-            "samples": len(samples),
-            "figures": process_figures(samples, warmup_s),
-            "series": [[s.at_s, round(s.rss_mb, 1), s.fds, s.threads] for s in samples],
-        })  # fmt: skip
+        processes.append(
+            {
+                "pid": pid,
+                "name": sampler.names[pid],
+                "samples": len(samples),
+                "figures": process_figures(samples, warmup_s),
+                "series": [[s.at_s, round(s.rss_mb, 1), s.fds, s.threads] for s in samples],
+            }
+        )
     return {
         "clients": clients,
         "seconds": seconds,
@@ -382,48 +386,67 @@ def is_clean(data: dict[str, Any]) -> bool:
 
 def print_report(data: dict[str, Any]) -> bool:
     turns = ", ".join(f"{count} {kind}" for kind, count in sorted(data["turns"].items()))
-    print(f"\n{data['clients']} clients for {data['seconds'] / 60:.1f} min "
-          f"({data['wall_seconds']:.0f} s with the last turns): {data['turns_total']} turns "
-          f"({turns}), {data['audio_frames']} audio frames, {data['audio_bytes']:,} bytes, "
-          f"{data['audio_seconds']:.0f} s of audio")  # fmt: skip
+    print(
+        f"\n{data['clients']} clients for {data['seconds'] / 60:.1f} min "
+        f"({data['wall_seconds']:.0f} s with the last turns): {data['turns_total']} turns "
+        f"({turns}), {data['audio_frames']} audio frames, {data['audio_bytes']:,} bytes, "
+        f"{data['audio_seconds']:.0f} s of audio"
+    )
     clean = is_clean(data)
-    print(f"turns with lost or misordered frames: {data['turns_with_frame_problems']}; "
-          f"turns failed or with error frames: {len(data['failed_turns'])}; "
-          f"error frames: {data['error_codes'] or 'none'}")  # fmt: skip
+    print(
+        f"turns with lost or misordered frames: {data['turns_with_frame_problems']}; "
+        f"turns failed or with error frames: {len(data['failed_turns'])}; "
+        f"error frames: {data['error_codes'] or 'none'}"
+    )
     for failed in data["failed_turns"][:10]:
-        print(f"  client {failed['client']} turn {failed['turn']} ({failed['kind']}): "
-              f"{'; '.join(failed['problems'])}")  # fmt: skip
+        print(
+            f"  client {failed['client']} turn {failed['turn']} ({failed['kind']}): "
+            f"{'; '.join(failed['problems'])}"
+        )
     if len(data["failed_turns"]) > 10:
         print(f"  ... and {len(data['failed_turns']) - 10} more (all in --json)")
     limits = data["thresholds"]
     cycles = [at for at in data["first_cycle_s"] if at is not None]
-    print(f"\nwarm-up: {data['warmup_s']:.0f} s (a fifth of the run: "
-          f"{limits['warmup_fraction'] * data['seconds']:.0f} s; every client's first cycle "
-          f"done: {f'{max(cycles):.0f} s' if len(cycles) == data['clients'] else 'never'}, "
-          f"whichever is later)")  # fmt: skip
-    print(f"every process from then to the end, {len(data['sample_times_s'])} samples every "
-          f"{data['interval_s']:g} s; flat: the least-squares trend adds at most "
-          f"{limits['rss_mb']:.0f} MB or {limits['rss_fraction']:.0%} of RSS, "
-          f"{limits['fds']} fds, {limits['threads']} threads")  # fmt: skip
-    print(f"  {'pid':>8}  {'process':<15}{'RSS MB: warm-up':>16}{'end':>6}{'/min':>7}"
-          f"{'trend':>7}{'fds: warm-up':>14}{'end':>5}{'max':>5}{'trend':>7}"
-          f"{'threads: warm-up':>18}{'end':>5}{'trend':>7}  verdict")  # fmt: skip
+    print(
+        f"\nwarm-up: {data['warmup_s']:.0f} s (a fifth of the run: "
+        f"{limits['warmup_fraction'] * data['seconds']:.0f} s; every client's first cycle "
+        f"done: {f'{max(cycles):.0f} s' if len(cycles) == data['clients'] else 'never'}, "
+        f"whichever is later)"
+    )
+    print(
+        f"every process from then to the end, {len(data['sample_times_s'])} samples every "
+        f"{data['interval_s']:g} s; flat: the least-squares trend adds at most "
+        f"{limits['rss_mb']:.0f} MB or {limits['rss_fraction']:.0%} of RSS, "
+        f"{limits['fds']} fds, {limits['threads']} threads"
+    )
+    print(
+        f"  {'pid':>8}  {'process':<15}{'RSS MB: warm-up':>16}{'end':>6}{'/min':>7}"
+        f"{'trend':>7}{'fds: warm-up':>14}{'end':>5}{'max':>5}{'trend':>7}"
+        f"{'threads: warm-up':>18}{'end':>5}{'trend':>7}  verdict"
+    )
     for process in data["processes"]:
         figures = process["figures"]
         name = process["name"].split(" (")[0][:14]
         if figures is None:
-            print(f"  {process['pid']:>8}  {name:<15}not enough samples after the warm-up "
-                  f"({process['samples']} in all)")  # fmt: skip
+            print(
+                f"  {process['pid']:>8}  {name:<15}not enough samples after the warm-up "
+                f"({process['samples']} in all)"
+            )
             continue
         rss, fds, threads = figures["rss_mb"], figures["fds"], figures["threads"]
-        growing = [label for label, series in (("RSS", rss), ("fds", fds), ("threads", threads))
-                   if not series["flat"]]  # fmt: skip
+        growing = [
+            label
+            for label, series in (("RSS", rss), ("fds", fds), ("threads", threads))
+            if not series["flat"]
+        ]
         verdict = "flat" if not growing else "GROWING: " + ", ".join(growing)
-        print(f"  {process['pid']:>8}  {name:<15}{rss['warmup_end']:>16.0f}{rss['end']:>6.0f}"
-              f"{rss['slope_per_minute']:>7.2f}{rss['trend_change']:>+7.1f}"
-              f"{fds['warmup_end']:>14.0f}{fds['end']:>5.0f}{fds['max']:>5.0f}"
-              f"{fds['trend_change']:>+7.1f}{threads['warmup_end']:>18.0f}"
-              f"{threads['end']:>5.0f}{threads['trend_change']:>+7.1f}  {verdict}")  # fmt: skip
+        print(
+            f"  {process['pid']:>8}  {name:<15}{rss['warmup_end']:>16.0f}{rss['end']:>6.0f}"
+            f"{rss['slope_per_minute']:>7.2f}{rss['trend_change']:>+7.1f}"
+            f"{fds['warmup_end']:>14.0f}{fds['end']:>5.0f}{fds['max']:>5.0f}"
+            f"{fds['trend_change']:>+7.1f}{threads['warmup_end']:>18.0f}"
+            f"{threads['end']:>5.0f}{threads['trend_change']:>+7.1f}  {verdict}"
+        )
     print("nothing lost, misordered or failed:", "yes" if clean else "NO")
     return clean
 

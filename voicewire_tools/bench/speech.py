@@ -237,10 +237,13 @@ async def five_words_against_plain_int8(url: str, trials: int, voice: str) -> di
         f"(target <= {FIVE_WORD_TARGET}: {'met' if ratio <= FIVE_WORD_TARGET else 'MISSED'})"
     )
     return {
-        "server_first_byte_ms": server, "plain_int8_whole_ms": whole, "ratio": ratio,
-        "server_values": server_ms, "plain_values": plain_ms,
+        "server_first_byte_ms": server,
+        "plain_int8_whole_ms": whole,
+        "ratio": ratio,
+        "server_values": server_ms,
+        "plain_values": plain_ms,
         "target_met": ratio <= FIVE_WORD_TARGET,
-    }  # fmt: skip
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

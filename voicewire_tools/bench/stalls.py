@@ -31,8 +31,11 @@ TARGET_MODES = ("bidi", "batch")  # voicewire's own; the seed's are shown beside
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--answers", default=",".join(RECORDINGS), help="which recordings, of: "
-                        + ", ".join(RECORDINGS))  # fmt: skip
+    parser.add_argument(
+        "--answers",
+        default=",".join(RECORDINGS),
+        help="which recordings, of: " + ", ".join(RECORDINGS),
+    )
 
 
 def playback_gaps(result: TurnResult) -> list[float]:
@@ -83,15 +86,18 @@ def print_report(data: dict[str, Any]) -> bool:
     clean = True
     for answer, figures in data["answers"].items():
         print(f"\n{answer}: silences after the first audio, {figures['trials']} trials")
-        print(f"  {'mode':<11}{'stall median':>14}{'worst':>10}{'gaps':>14}   "
-              "chunks sent (ms: words)")  # fmt: skip
+        print(
+            f"  {'mode':<11}{'stall median':>14}{'worst':>10}{'gaps':>14}   chunks sent (ms: words)"
+        )
         for mode, row in figures["modes"].items():
             stall = row["stall_ms"]
             if mode in TARGET_MODES:
                 clean &= stall["max"] == 0
             chunks = ", ".join(f"{c['at_ms']:.0f}: {c['words']}" for c in row["chunks"])
-            print(f"  {mode:<11}{stall['median']:>11.0f} ms{stall['max']:>7.0f} ms"
-                  f"{row['gaps']!s:>14}   {chunks}")  # fmt: skip
+            print(
+                f"  {mode:<11}{stall['median']:>11.0f} ms{stall['max']:>7.0f} ms"
+                f"{row['gaps']!s:>14}   {chunks}"
+            )
     modes = ", ".join(TARGET_MODES)
     print(f"\ntarget (zero for every recording in {modes}):", "met" if clean else "MISSED")
     return clean

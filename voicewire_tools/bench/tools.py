@@ -111,12 +111,20 @@ async def run_cases(
                         if result.status != "complete":
                             raise RuntimeError(f"{case.name} {mode} ended {result.status}")
                         figures.append(measure(result))
-                        print(f"tool {latency:.0f} ms, {case.name}, {mode}, trial {trial}/{trials}"
-                              f": {figures[-1]}", flush=True)  # fmt: skip
-                    rows.append({
-                        "tool_ms": latency, "case": case.name, "mode": mode, "trials": figures,
-                        **{key: median([f[key] for f in figures]) for key in figures[0]},
-                    })  # fmt: skip
+                        print(
+                            f"tool {latency:.0f} ms, {case.name}, {mode}, trial {trial}/{trials}"
+                            f": {figures[-1]}",
+                            flush=True,
+                        )
+                    rows.append(
+                        {
+                            "tool_ms": latency,
+                            "case": case.name,
+                            "mode": mode,
+                            "trials": figures,
+                            **{key: median([f[key] for f in figures]) for key in figures[0]},
+                        }
+                    )
     finally:
         stack.adapters.settings = base
     return rows
@@ -126,8 +134,10 @@ def print_report(rows: list[dict]) -> None:
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.0f}"
 
-    print(f"\n{'tool':>6} | {'case':<24} | {'mode':<5} | first audio | longest silence | "
-          "tool result -> answer's first chunk | -> its audio")  # fmt: skip
+    print(
+        f"\n{'tool':>6} | {'case':<24} | {'mode':<5} | first audio | longest silence | "
+        "tool result -> answer's first chunk | -> its audio"
+    )
     for row in rows:
         print(
             f"{row['tool_ms']:5.0f}ms | {row['case']:<24} | {row['mode']:<5} | "
@@ -140,8 +150,10 @@ def print_report(rows: list[dict]) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     latencies = [float(part) for part in args.latencies.split(",") if part.strip()]
     with own_stack(args, "changes the tools' latency and filler between turns") as (
-        url, stack, machine,
-    ):  # fmt: skip
+        url,
+        stack,
+        machine,
+    ):
         rows = asyncio.run(run_cases(url, stack, latencies, args.trials))
     print_report(rows)
     data = {"machine": machine, "rows": rows}

@@ -125,8 +125,12 @@ def _split(pcm: bytes, limit: int) -> list[bytes]:
 
 def _sse_audio_event(seq: int, data: bytes, audio_format: str) -> bytes:
     """The event ``POST /invocations`` streams for each piece (speech_server.invocations)."""
-    payload = {"type": "audio", "seq": seq, "format": audio_format,
-               "data": base64.b64encode(data).decode("ascii")}  # fmt: skip
+    payload = {
+        "type": "audio",
+        "seq": seq,
+        "format": audio_format,
+        "data": base64.b64encode(data).decode("ascii"),
+    }
     return encode_sse_event(payload)
 
 
@@ -232,11 +236,13 @@ def print_report(data: dict[str, Any]) -> None:
     for delivery, rate in data["bytes_per_audio_second"].items():
         print(f"  {delivery:<14}{rate:>24,}{data['percent_of_pcm'][delivery]:>17.1f}%")
     check = data["sse_alignment"]
-    print(f"\nSSE alignment, MP3 over base64 SSE cut at random {CUT_MIN}-{CUT_MAX} B: "
-          f"{check['events']} events in {check['delivery_chunks']} delivery chunks; "
-          f"{check['cuts_mid_event']} cuts inside an event, {check['cuts_mid_mp3_frame']} inside "
-          f"an MP3 frame; every byte recovered by the buffered decoder: "
-          f"{'yes' if check['recovered_every_byte'] else 'NO'}")  # fmt: skip
+    print(
+        f"\nSSE alignment, MP3 over base64 SSE cut at random {CUT_MIN}-{CUT_MAX} B: "
+        f"{check['events']} events in {check['delivery_chunks']} delivery chunks; "
+        f"{check['cuts_mid_event']} cuts inside an event, {check['cuts_mid_mp3_frame']} inside "
+        f"an MP3 frame; every byte recovered by the buffered decoder: "
+        f"{'yes' if check['recovered_every_byte'] else 'NO'}"
+    )
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -56,8 +56,9 @@ AUDIO_BYTES_PER_SECOND = 48_000  # 24 kHz 16-bit mono PCM
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--answers", default=",".join(ANSWERS), help="which answers, of: "
-                        + ", ".join(RECORDINGS))  # fmt: skip
+    parser.add_argument(
+        "--answers", default=",".join(ANSWERS), help="which answers, of: " + ", ".join(RECORDINGS)
+    )
 
 
 Trials = dict[str, dict[str, list[TurnResult]]]  # answer -> mode -> results
@@ -78,8 +79,10 @@ async def run_trials(url: ConnectionUrl, stack: Any, answers: list[str], trials:
                     raise RuntimeError(f"{mode} ended {result.status}: {result.errors}")
                 results[answer][mode].append(result)
                 first = result.end["timings"]["first_audio_ms"] if result.end else None
-                print(f"trial {trial}/{trials} {answer:<15} {mode:<11} first audio {first:.0f} ms",
-                      flush=True)  # fmt: skip
+                print(
+                    f"trial {trial}/{trials} {answer:<15} {mode:<11} first audio {first:.0f} ms",
+                    flush=True,
+                )
     if stack is not None:
         stack.use_baseline("voicewire")
     return results
@@ -106,18 +109,23 @@ async def run_agentcore_trials(url: str, stack: Any, answers: list[str], trials:
                     raise RuntimeError(f"{row} ended {result.status}: {result.errors}")
                 results[answer][row].append(result)
                 first = result.end["timings"]["first_audio_ms"] if result.end else None
-                print(f"trial {trial}/{trials} {answer:<15} {row:<15} first audio {first:.0f} ms",
-                      flush=True)  # fmt: skip
+                print(
+                    f"trial {trial}/{trials} {answer:<15} {row:<15} first audio {first:.0f} ms",
+                    flush=True,
+                )
     stack.use_baseline("voicewire")
     return results
 
 
 def bytes_per_audio_second(turns: list[TurnResult]) -> dict[str, Any]:
     """What the transport carried per second of audio (its messages, not its framing)."""
-    return summarize([
-        turn.bytes_received / (len(turn.audio) / AUDIO_BYTES_PER_SECOND)
-        for turn in turns if turn.audio
-    ])  # fmt: skip
+    return summarize(
+        [
+            turn.bytes_received / (len(turn.audio) / AUDIO_BYTES_PER_SECOND)
+            for turn in turns
+            if turn.audio
+        ]
+    )
 
 
 def report(results: Trials, machine: dict[str, Any], trials: int) -> dict[str, Any]:
@@ -144,14 +152,16 @@ def print_report(data: dict[str, Any]) -> bool:
     for answer, content in data["answers"].items():
         modes = content["modes"]
         print(f"\n{answer} ({content['prompt']!r}), {data['trials']} trials, medians (min-max)")
-        print(f"  {'mode':<15}{'first text':>14}{'first audio':>22}{'total':>22}"
-              f"{'bytes/audio s':>15}")  # fmt: skip
+        print(
+            f"  {'mode':<15}{'first text':>14}{'first audio':>22}{'total':>22}{'bytes/audio s':>15}"
+        )
         for mode, row in modes.items():
             cells = [
                 f"{row[key]['median']:>7.0f} ({row[key]['min']:.0f}-{row[key]['max']:.0f})"
-                if key in row else "-"
+                if key in row
+                else "-"
                 for key in ("first_text_ms", "first_audio_ms", "total_ms")
-            ]  # fmt: skip
+            ]
             weight = row.get("bytes_per_audio_second", {}).get("median")
             weight_cell = f"{weight:,.0f}" if weight else "-"
             print(f"  {mode:<15}{cells[0]:>14}{cells[1]:>22}{cells[2]:>22}{weight_cell:>15}")
@@ -163,8 +173,10 @@ def print_report(data: dict[str, Any]) -> bool:
                 ratio = modes[f"{baseline}{suffix}"]["first_audio_ms"]["median"] / bidi
                 ok = ratio >= target
                 met &= ok
-                print(f"  bidi{suffix} vs {baseline}{suffix}: {ratio:.2f}x sooner (target "
-                      f"{target:.0f}x) {'met' if ok else 'MISSED'}")  # fmt: skip
+                print(
+                    f"  bidi{suffix} vs {baseline}{suffix}: {ratio:.2f}x sooner (target "
+                    f"{target:.0f}x) {'met' if ok else 'MISSED'}"
+                )
     return met
 
 
@@ -188,16 +200,40 @@ def plot(results: Trials, path: Path) -> None:
         # over SSE no chunk is shown: the seed's events have no sentence
         sentences = [e.at_ms for e in events if e.kind == "sentence"]
         audio = [e.at_ms for e in events if e.kind in ("audio", "audio_chunk")]
-        axis.scatter(texts, [row + 0.25] * len(texts), marker="|", s=60, color="#888",
-                     label="text delta" if row == 0 else None)  # fmt: skip
-        axis.scatter(sentences, [row + 0.12] * len(sentences), marker="v", s=40, color="#2a6",
-                     label="chunk sent to speech" if row == 0 else None)  # fmt: skip
-        axis.scatter(audio, [row] * len(audio), marker="s", s=10, color="#36c",
-                     label="audio frame received" if row == 0 else None)  # fmt: skip
+        axis.scatter(
+            texts,
+            [row + 0.25] * len(texts),
+            marker="|",
+            s=60,
+            color="#888",
+            label="text delta" if row == 0 else None,
+        )
+        axis.scatter(
+            sentences,
+            [row + 0.12] * len(sentences),
+            marker="v",
+            s=40,
+            color="#2a6",
+            label="chunk sent to speech" if row == 0 else None,
+        )
+        axis.scatter(
+            audio,
+            [row] * len(audio),
+            marker="s",
+            s=10,
+            color="#36c",
+            label="audio frame received" if row == 0 else None,
+        )
         if audio:
             axis.plot([audio[0]] * 2, [row - 0.3, row + 0.4], color="#c33", linewidth=2)
-            axis.annotate(f"{audio[0]:.0f} ms", (audio[0], row - 0.35), color="#c33",
-                          fontsize=8, ha="left", va="top")  # fmt: skip
+            axis.annotate(
+                f"{audio[0]:.0f} ms",
+                (audio[0], row - 0.35),
+                color="#c33",
+                fontsize=8,
+                ha="left",
+                va="top",
+            )
     axis.set_yticks(range(len(modes)), list(reversed(list(modes))))
     axis.set_xlabel("ms since the ask was sent (red: first audio)")
     axis.set_title(f"one turn per mode: {RECORDINGS[answer]!r}")
@@ -249,12 +285,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"unknown answers {unknown}; choose from {', '.join(RECORDINGS)}")
     agentcore = getattr(args, "front_door", "apigateway") == "agentcore"
     if agentcore and args.url:
-        raise ValueError("ttfa --front-door agentcore switches its stack to the seed's pipeline "
-                         "turn by turn: it needs its own stack, not --url")  # fmt: skip
+        raise ValueError(
+            "ttfa --front-door agentcore switches its stack to the seed's pipeline "
+            "turn by turn: it needs its own stack, not --url"
+        )
     with target(args) as (url, stack):
         if stack is None:
-            print("a stack given by --url cannot switch to the seed's pipeline: voicewire's "
-                  "modes only")  # fmt: skip
+            print(
+                "a stack given by --url cannot switch to the seed's pipeline: voicewire's "
+                "modes only"
+            )
         machine = describe_machine(speech_info(stack))
         print(machine_line(machine), flush=True)
         trials = run_agentcore_trials if agentcore else run_trials

@@ -42,7 +42,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from functions.worker_policy import WorkerPolicy
+from functions.worker.policy import WorkerPolicy
 from voicewire_tools.commands.deployed_endpoint import (
     DeployedEndpoint,
     InstanceUsage,
@@ -91,8 +91,9 @@ def api_logging_role(
         if arn and _role_exists(iam, arn):
             return Finding(item, True, f"{arn}: the stage logs its connections")
     except (BotoCoreError, ClientError) as error:
-        return Finding(item, False, f"could not be checked ({said(error)}): the stage goes "
-                       "without access logs")  # fmt: skip
+        return Finding(
+            item, False, f"could not be checked ({said(error)}): the stage goes without access logs"
+        )
     gone = f"the account's setting names {arn}, which no longer exists; " if arn else ""
     if not create:
         return Finding(
@@ -105,8 +106,9 @@ def api_logging_role(
     try:
         arn = _create_logging_role(session, iam, apigateway, wait)
     except (BotoCoreError, ClientError) as error:
-        return Finding(item, False, f"could not be created ({said(error)}): the stage goes "
-                       "without access logs")  # fmt: skip
+        return Finding(
+            item, False, f"could not be created ({said(error)}): the stage goes without access logs"
+        )
     return Finding(item, True, f"created {arn} and set it for the account: the stage logs")
 
 
@@ -172,14 +174,21 @@ def model_access(session: Any, model_id: str, enable: bool) -> list[Finding]:
     try:
         availability = bedrock.get_foundation_model_availability(modelId=base_model)
     except (BotoCoreError, ClientError) as error:
-        return [Finding(item, False, f"could not be checked ({said(error)}): make one call to "
-                        "it before the first question (--enable-model)")]  # fmt: skip
+        return [
+            Finding(
+                item,
+                False,
+                f"could not be checked ({said(error)}): make one call to "
+                "it before the first question (--enable-model)",
+            )
+        ]
     problems = []
     if availability["regionAvailability"] != "AVAILABLE":
         problems.append(f"{base_model} is not offered in {session.region_name}")
     if availability["authorizationStatus"] != "AUTHORIZED":
-        problems.append("this account is not authorized to use it (an SCP or a model-access "
-                        "policy denies it)")  # fmt: skip
+        problems.append(
+            "this account is not authorized to use it (an SCP or a model-access policy denies it)"
+        )
     subscribed = availability["agreementAvailability"]["status"] == "AVAILABLE"
     entitled = availability["entitlementAvailability"] == "AVAILABLE"
     findings = []
@@ -266,8 +275,12 @@ def endpoint_instance_quota(
     except (BotoCoreError, ClientError) as error:
         return Finding(item, False, f"could not be checked ({said(error)})")
     if not found:
-        return Finding(item, False, f"no such quota in {session.region_name}: is {instance_type} "
-                       "offered for endpoints in this Region?")  # fmt: skip
+        return Finding(
+            item,
+            False,
+            f"no such quota in {session.region_name}: is {instance_type} "
+            "offered for endpoints in this Region?",
+        )
     value, code = int(found[0]["Value"]), found[0]["QuotaCode"]
     quota = _QuotaRoom(value, code, elsewhere)
     if deployed is None:
@@ -291,8 +304,10 @@ class _QuotaRoom:
         return f"{self.value} ({self.elsewhere.said()})"
 
     def increase(self, needed: int) -> str:
-        return (f"request an increase to at least {self.elsewhere.instances + needed} in Service "
-                f"Quotas (quota {self.code})")  # fmt: skip
+        return (
+            f"request an increase to at least {self.elsewhere.instances + needed} in Service "
+            f"Quotas (quota {self.code})"
+        )
 
     def first_deploy(self, item: str, minimum: int, maximum: int) -> Finding:
         free = self.free
@@ -347,11 +362,12 @@ class _QuotaRoom:
         needed = running + (deployed.instances if same_type else 0)
         fleet = f"{deployed.name} runs {deployed.instances} {deployed.instance_type}"
         if same_type:
-            second = (f"an update starts a second fleet of {running} beside them before retiring "
-                      f"them (blue/green, SageMaker's default), {needed} at once")  # fmt: skip
+            second = (
+                f"an update starts a second fleet of {running} beside them before retiring "
+                f"them (blue/green, SageMaker's default), {needed} at once"
+            )
         else:
-            second = (f"the update starts {running} {instance_type} beside them before retiring "
-                      "them")  # fmt: skip
+            second = f"the update starts {running} {instance_type} beside them before retiring them"
         free = self.free
         if free < needed:
             # Scaled in to n instances, the update needs 2n (n of another type: n).
@@ -415,15 +431,29 @@ def endpoint_image(session: Any, uri: str, engine: str) -> Finding:
             registryId=image.account, repositoryName=image.name, imageIds=[image_id]
         )["imageDetails"]
     except ecr.exceptions.RepositoryNotFoundException:
-        return Finding(item, False, f"account {image.account} has no repository {image.name} in "
-                       f"{image.region}: push the image first", blocks=True)  # fmt: skip
+        return Finding(
+            item,
+            False,
+            f"account {image.account} has no repository {image.name} in "
+            f"{image.region}: push the image first",
+            blocks=True,
+        )
     except ecr.exceptions.ImageNotFoundException:
         what = "digest" if "imageDigest" in image_id else "tag"
-        return Finding(item, False, f"repository {image.name} has no image with the {what} "
-                       f"{next(iter(image_id.values()))}: push it first", blocks=True)  # fmt: skip
+        return Finding(
+            item,
+            False,
+            f"repository {image.name} has no image with the {what} "
+            f"{next(iter(image_id.values()))}: push it first",
+            blocks=True,
+        )
     except (BotoCoreError, ClientError) as error:
-        return Finding(item, False, f"could not be checked ({said(error)}): SageMaker will say "
-                       "at CreateModel whether it can pull it")  # fmt: skip
+        return Finding(
+            item,
+            False,
+            f"could not be checked ({said(error)}): SageMaker will say "
+            "at CreateModel whether it can pull it",
+        )
     media_type = detail.get("imageManifestMediaType", "")
     if media_type in OCI_MANIFESTS:
         return Finding(

@@ -13,7 +13,7 @@
 
 ``deploy`` and ``diff`` first read the speech endpoint (``--endpoint-name``, default
 ``voicewire-kokoro-82m``) for the engine its container runs: the worker's timeout and speech
-stall limit (and the AgentCore app's) follow it (``functions/worker_policy.py``), so it comes
+stall limit (and the AgentCore app's) follow it (``functions/worker/policy.py``), so it comes
 from the endpoint, not from a flag that could be wrong. ``--speech-engine`` names it where the
 endpoint cannot say (not deployed yet, not voicewire's) and is refused where it contradicts the
 endpoint. ``deploy`` then makes the token secret (an SSM SecureString, which CloudFormation cannot
@@ -51,8 +51,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from functions.auth_tokens import TOKEN_SECRET_PARAMETER
-from functions.worker_policy import SPEECH_ENGINES
+from functions.access.tickets import TOKEN_SECRET_PARAMETER
+from functions.worker.policy import SPEECH_ENGINES
 from voicewire_tools.commands.account_readiness import (
     Finding,
     api_logging_role,
@@ -96,40 +96,45 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for action in ACTIONS:
         infra = commands.add_parser(
-            action, help=f"cdk {action} the VoiceApi stack (or, --runtime agentcore, "
-            f"{AGENTCORE_STACK})",
-        )  # fmt: skip
+            action,
+            help=f"cdk {action} the VoiceApi stack (or, --runtime agentcore, {AGENTCORE_STACK})",
+        )
         add_runtime_argument(infra)
         infra.add_argument(
-            "--bedrock-model-id", required=action != "destroy",
+            "--bedrock-model-id",
+            required=action != "destroy",
             help="the Bedrock model (or inference profile) the agent uses",
-        )  # fmt: skip
+        )
         infra.add_argument(
             "--endpoint-name", help=f"the speech endpoint (default {DEFAULT_SPEECH_ENDPOINT})"
         )
         infra.add_argument(
-            "--speech-engine", choices=sorted(SPEECH_ENGINES),
+            "--speech-engine",
+            choices=sorted(SPEECH_ENGINES),
             help="the speech endpoint's engine, where the endpoint cannot say (not deployed yet, "
             "or not voicewire's); deploy and diff read it from the endpoint and refuse a "
             "different one. synth: the worker's limits for it (default torch)",
-        )  # fmt: skip
+        )
         infra.add_argument(
             "--allowed-origins",
             help="comma-separated browser origins that may connect (default: any)",
         )
         infra.add_argument(
-            "--with-page", action="store_true",
+            "--with-page",
+            action="store_true",
             help="also the VoicePage stack: the browser page (web/) on CloudFront, for this API",
-        )  # fmt: skip
+        )
         infra.add_argument(
-            "--binary-audio", action="store_true",
+            "--binary-audio",
+            action="store_true",
             help="audio as binary WebSocket frames by default (once agent-infra check has shown "
             "this deployment carries them); else base64 text frames",
-        )  # fmt: skip
+        )
         infra.add_argument(
-            "--agent", type=agent_choice,
+            "--agent",
+            type=agent_choice,
             help="who answers: builtin (default), strands, or strands:package.module:function",
-        )  # fmt: skip
+        )
         infra.add_argument(
             "--tools",
             help="the agent's tools, comma-separated (default current_time,search_docs; "
@@ -141,15 +146,17 @@ def build_parser() -> argparse.ArgumentParser:
             "docs; the worker may retrieve from it and nothing else",
         )
         infra.add_argument(
-            "--create-api-logging-role", action="store_true",
+            "--create-api-logging-role",
+            action="store_true",
             help="deploy: if the account has no API Gateway CloudWatch role in this Region, "
             "create one and set it (account-wide) so the stage has access logs",
-        )  # fmt: skip
+        )
         infra.add_argument(
-            "--enable-model", action="store_true",
+            "--enable-model",
+            action="store_true",
             help="deploy: if the account has not used the Bedrock model yet, invoke it once "
             "as you (one token), which subscribes the account",
-        )  # fmt: skip
+        )
     token = commands.add_parser("token", help="mint a connection token from the deployed secret")
     token.add_argument(
         "--ttl", type=int, default=120, help="seconds the ticket stays valid (at most 600)"
@@ -161,23 +168,29 @@ def build_parser() -> argparse.ArgumentParser:
         help="a SigV4-presigned wss:// URL of an AgentCore runtime's /ws (--runtime agentcore)",
     )
     url.add_argument(
-        "--runtime-arn", required=True, type=runtime_arn,
+        "--runtime-arn",
+        required=True,
+        type=runtime_arn,
         help="the runtime's ARN (the VoiceAgentRuntime stack's RuntimeArn output)",
-    )  # fmt: skip
+    )
     url.add_argument("--region", help="where the runtime is (default: the ARN's region)")
     url.add_argument(
-        "--session-id", type=session_id,
+        "--session-id",
+        type=session_id,
         help="the runtime session to open or rejoin, 33 to 256 characters (default: a new one)",
-    )  # fmt: skip
+    )
     url.add_argument(
-        "--expires", type=presigned_seconds, default=MAX_PRESIGNED_SECONDS,
+        "--expires",
+        type=presigned_seconds,
+        default=MAX_PRESIGNED_SECONDS,
         help=f"seconds the URL may be used to connect (at most {MAX_PRESIGNED_SECONDS})",
-    )  # fmt: skip
+    )
     url.add_argument(
-        "--qualifier", default=AGENTCORE_ENDPOINT,
+        "--qualifier",
+        default=AGENTCORE_ENDPOINT,
         help=f"the runtime endpoint (default {AGENTCORE_ENDPOINT}, the stack's; DEFAULT is the "
         "service's own)",
-    )  # fmt: skip
+    )
     demo = commands.add_parser("demo", help="voicewire demo's bidi vs batch on a deployed API")
     add_demo_arguments(demo, own_stack=False)
     # --url or --runtime-arn: argparse cannot say "one of", so main checks that one is given.
@@ -200,17 +213,20 @@ ACTIONS = ("deploy", "diff", "synth", "destroy")
 
 def add_runtime_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--runtime", choices=RUNTIMES, default="apigateway",
+        "--runtime",
+        choices=RUNTIMES,
+        default="apigateway",
         help="the agent's front door: apigateway (the WebSocket API and Lambda, default) or "
         "agentcore (Bedrock AgentCore Runtime)",
-    )  # fmt: skip
+    )
 
 
 def add_runtime_arn_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--runtime-arn", type=runtime_arn,
+        "--runtime-arn",
+        type=runtime_arn,
         help="an AgentCore runtime instead of --url: its /ws, a presigned URL per connection",
-    )  # fmt: skip
+    )
 
 
 def runtime_arn(value: str) -> str:
@@ -259,9 +275,11 @@ def ensure_token_secret(region: str) -> bool:
         return False
     except ssm.exceptions.ParameterNotFound:
         ssm.put_parameter(
-            Name=TOKEN_SECRET_PARAMETER, Type="SecureString", Value=secrets.token_urlsafe(48),
+            Name=TOKEN_SECRET_PARAMETER,
+            Type="SecureString",
+            Value=secrets.token_urlsafe(48),
             Description="voicewire: the HMAC secret of connection tokens",
-        )  # fmt: skip
+        )
         return True
 
 
@@ -375,8 +393,10 @@ def speech_engine(args: argparse.Namespace, session: Any) -> tuple[str, str]:
             )
         else:
             engine = deployed.engine
-            what = (f"{name} runs the {engine} engine ({deployed.instances} "
-                    f"{deployed.instance_type}, {deployed.status})")  # fmt: skip
+            what = (
+                f"{name} runs the {engine} engine ({deployed.instances} "
+                f"{deployed.instance_type}, {deployed.status})"
+            )
     policy = VoiceApiSettings(bedrock_model_id="", speech_engine=engine).worker_policy
     stall = f"a {policy.speech_chunk_timeout_seconds:g} s speech stall limit"
     gets = (
@@ -472,9 +492,12 @@ class PresignedConnections:
     def with_query(self, query: dict[str, str]) -> str:
         """A new session's URL, ``query`` signed in (``agent-infra check``'s ``audio=``)."""
         url, _ = presigned_websocket_url(
-            self.arn, self.region, qualifier=self.qualifier, boto_session=self.boto_session,
+            self.arn,
+            self.region,
+            qualifier=self.qualifier,
+            boto_session=self.boto_session,
             query=query or None,
-        )  # fmt: skip
+        )
         return url
 
     def __str__(self) -> str:
@@ -501,8 +524,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             sys.exit(infra(args))
         if args.command == "token":
             if args.runtime == "agentcore":
-                sys.exit(f"agent-infra token: no token for --runtime agentcore. "
-                         f"{AGENTCORE_AUTHENTICATION}.")  # fmt: skip
+                sys.exit(
+                    f"agent-infra token: no token for --runtime agentcore. "
+                    f"{AGENTCORE_AUTHENTICATION}."
+                )
             print(deployed_token(args.ttl, args.principal))
             return
         if args.command == "url":

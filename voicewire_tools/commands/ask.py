@@ -177,6 +177,8 @@ def _ask_over_sse(args: argparse.Namespace) -> None:
         result.write_wav(out)
         seconds = len(result.audio) / 48_000
         per_second = result.bytes_received / max(seconds, 1e-9)
-        print(f"audio: {seconds:.2f} s written to {out}; {result.bytes_received:,} bytes of "
-              f"events, {per_second:,.0f} per second of audio")  # fmt: skip
+        print(
+            f"audio: {seconds:.2f} s written to {out}; {result.bytes_received:,} bytes of "
+            f"events, {per_second:,.0f} per second of audio"
+        )
     sys.exit(0 if result.status == "complete" else 1)

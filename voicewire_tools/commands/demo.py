@@ -53,10 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser, own_stack: bool = True) -> No
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--trials", type=int, default=5, help="trials per mode (default 5)")
     parser.add_argument(
-        "--modes", type=_modes_argument, default=None, metavar="MODE[,MODE]",
+        "--modes",
+        type=_modes_argument,
+        default=None,
+        metavar="MODE[,MODE]",
         help="which pipelines, of: bidi, batch (voicewire's), seed_bidi, seed_batch (the "
         f"seed's); default {','.join(OWN_STACK_MODES)} (with --url: {','.join(URL_MODES)})",
-    )  # fmt: skip
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--out-dir", default="demo-audio", help="where each mode's audio goes")
     if not own_stack:
@@ -66,10 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser, own_stack: bool = True) -> No
 
     parser.add_argument("--url", help="a running stack's WebSocket URL (default: start one)")
     parser.add_argument(
-        "--speech-link", type=speech_links, default=("sagemaker",), metavar="LINK[,LINK]",
+        "--speech-link",
+        type=speech_links,
+        default=("sagemaker",),
+        metavar="LINK[,LINK]",
         help="sagemaker (default), websocket, or both to compare them side by side: "
         "sagemaker,websocket (its own stack only)",
-    )  # fmt: skip
+    )
     add_stack_arguments(parser)
     # Its own stack takes free ports, beside a running `up`.
     parser.set_defaults(speech_port=0, runtime_port=0)
@@ -184,8 +190,11 @@ async def run_trials(
                 print(f"trial {trial + 1} {label:<21} first audio {first_audio:.0f} ms", flush=True)
         if trial == 0 and trials > 1:
             spent = time.monotonic() - started
-            print(f"(a trial takes {spent:.0f} s here: about {_duration(spent * (trials - 1))} "
-                  "to go)", flush=True)  # fmt: skip
+            print(
+                f"(a trial takes {spent:.0f} s here: about {_duration(spent * (trials - 1))} "
+                "to go)",
+                flush=True,
+            )
     if stack is not None:
         stack.use_baseline("voicewire")
     return results
@@ -195,8 +204,10 @@ def announce(args: argparse.Namespace, modes: tuple[str, ...], links: tuple[str,
     """What the demo is about to do and how long it takes, before anything starts."""
     others = [MODES[mode].title for mode in modes if mode != "bidi"]
     turns = args.trials * len(modes) * len(links)
-    print(f"voicewire demo: voicewire's bidi against {_sentence(others)}: the same question, "
-          "LLM stream and engine, trials interleaved")  # fmt: skip
+    print(
+        f"voicewire demo: voicewire's bidi against {_sentence(others)}: the same question, "
+        "LLM stream and engine, trials interleaved"
+    )
     per_link = f" x {len(links)} speech links" if len(links) > 1 else ""
     after = (
         ""
@@ -208,8 +219,11 @@ def announce(args: argparse.Namespace, modes: tuple[str, ...], links: tuple[str,
     )
     expected = _duration(turns * TYPICAL_TURN_SECONDS)
     trials = f"{args.trials} trial" + ("s" if args.trials != 1 else "")
-    print(f"  {trials} x {len(modes)} modes{per_link} = {turns} turns, about "
-          f"{expected} on a 2-core machine{after}", flush=True)  # fmt: skip
+    print(
+        f"  {trials} x {len(modes)} modes{per_link} = {turns} turns, about "
+        f"{expected} on a 2-core machine{after}",
+        flush=True,
+    )
 
 
 def headline(modes: dict[str, dict[str, Any]]) -> tuple[str, dict[str, float]]:

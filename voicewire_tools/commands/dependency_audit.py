@@ -151,10 +151,22 @@ def locked_requirements(directory: Path) -> Path:
     """Every locked package with its hashes, as a requirements file."""
     path = directory / "requirements.txt"
     exported = subprocess.run(
-        [*uv_command(), "export", "--frozen", "--format", "requirements-txt",
-         "--all-groups", "--all-extras", "--no-emit-project", "--output-file", str(path)],
-        cwd=ROOT, capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            *uv_command(),
+            "export",
+            "--frozen",
+            "--format",
+            "requirements-txt",
+            "--all-groups",
+            "--all-extras",
+            "--no-emit-project",
+            "--output-file",
+            str(path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     if exported.returncode != 0:
         raise RuntimeError(f"uv export failed: {exported.stderr.strip()}")
     return path
@@ -162,10 +174,21 @@ def locked_requirements(directory: Path) -> Path:
 
 def run_pip_audit(requirements: Path) -> dict[str, Any]:
     result = subprocess.run(
-        [sys.executable, "-m", "pip_audit", "--requirement", str(requirements), "--disable-pip",
-         "--format", "json", "--progress-spinner", "off"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pip_audit",
+            "--requirement",
+            str(requirements),
+            "--disable-pip",
+            "--format",
+            "json",
+            "--progress-spinner",
+            "off",
+        ],
+        capture_output=True,
+        text=True,
+    )
     # pip-audit exits 1 when it found something; its JSON report is on stdout either way.
     try:
         return json.loads(result.stdout)

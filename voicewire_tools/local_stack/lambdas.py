@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.worker_policy import WORKER_POLICY
+from functions.worker.policy import WORKER_POLICY
 
 logger = logging.getLogger(__name__)
 
@@ -97,9 +97,11 @@ class LocalFunctions:
     def _start(self, name: str, event: dict[str, Any], duplicate: bool) -> None:
         request_id = str(uuid.uuid4())
         thread = threading.Thread(
-            target=self._deliver, args=(name, event, request_id, duplicate),
-            name=f"lambda-{name}", daemon=True,
-        )  # fmt: skip
+            target=self._deliver,
+            args=(name, event, request_id, duplicate),
+            name=f"lambda-{name}",
+            daemon=True,
+        )
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()] + [thread]
         thread.start()
@@ -111,9 +113,10 @@ class LocalFunctions:
             with self._lock:
                 self.invocations.append(record)
             context = LocalLambdaContext(
-                f"voicewire-{name}", aws_request_id=request_id,
+                f"voicewire-{name}",
+                aws_request_id=request_id,
                 timeout_seconds=self.behaviour.timeout_seconds,
-            )  # fmt: skip
+            )
             try:
                 record.result = self.call(name, event, context)
                 return

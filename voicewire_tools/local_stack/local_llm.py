@@ -283,9 +283,11 @@ class LocalEventStream:
         longest_stop = max((len(stop) for stop in generation.stop_sequences), default=0)
         written, reason = 0, "end_turn"
         tokens = llama.generate(
-            generation.tokens, temp=generation.temperature, top_p=generation.top_p,
+            generation.tokens,
+            temp=generation.temperature,
+            top_p=generation.top_p,
             repeat_penalty=REPEAT_PENALTY,
-        )  # fmt: skip
+        )
         try:
             for token in tokens:
                 if self._closed.is_set():

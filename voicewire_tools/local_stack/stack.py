@@ -196,7 +196,7 @@ class LocalStack:
 
     def token(self, principal: str = "local-user") -> str:
         """A connect ticket: good for one connection within two minutes."""
-        from functions.auth_tokens import mint_token
+        from functions.access.tickets import mint_token
 
         return mint_token(self.token_secret, principal)
 
@@ -204,7 +204,7 @@ class LocalStack:
         """``POST /tickets`` (with ``--tokens``): the local stand-in for an application's
         backend, which mints a ticket per connection for a caller it trusts. The caller proves
         itself with ``Authorization: Bearer <api key>`` (a header, never a URL)."""
-        from functions.auth_tokens import DEFAULT_TTL_SECONDS
+        from functions.access.tickets import DEFAULT_TTL_SECONDS
 
         given = request.headers.get("authorization", "")
         if not secrets.compare_digest(given.encode(), f"Bearer {self.api_key}".encode()):

@@ -104,9 +104,14 @@ class KokoroOnnxEngine:
         graph = _chosen_graph(settings, candidates, tuning)
         streamed = settings.vocoder == "streamed"
         engine = cls.load(
-            candidates[graph], voices_path, settings.voice, lang, streamed=streamed,
-            tuning=tuning, graph=graph,
-        )  # fmt: skip
+            candidates[graph],
+            voices_path,
+            settings.voice,
+            lang,
+            streamed=streamed,
+            tuning=tuning,
+            graph=graph,
+        )
         # The record against this start's own warm-up: one measured on a busy machine (twice
         # too slow: a longer first window, a slower fast start, for good) is measured again.
         measured = engine.measured
@@ -120,9 +125,14 @@ class KokoroOnnxEngine:
         if (chosen := _chosen_graph(settings, candidates, tuning)) != graph:  # the other won now
             graph = chosen
             return cls.load(
-                candidates[graph], voices_path, settings.voice, lang, streamed=streamed,
-                tuning=tuning, graph=graph,
-            )  # fmt: skip
+                candidates[graph],
+                voices_path,
+                settings.voice,
+                lang,
+                streamed=streamed,
+                tuning=tuning,
+                graph=graph,
+            )
         engine.tuning = tuning  # before any request: its windows follow the new record
         if engine.vocoder is not None:
             engine.vocoder.speed = vocoder_speed(tuning.speed(graph))

@@ -2,7 +2,7 @@
 an ask, the ``TurnRunner`` with the settings' limits, the speech session taken and given back.
 What the conversation keeps of the turn is ``functions.conversation``'s.
 
-The Lambda worker (``functions.worker_run``) and the AgentCore Runtime app
+The Lambda worker (``functions.worker.run``) and the AgentCore Runtime app
 (``functions.agentcore``) both build their turns here: one implementation, two front doors.
 Only what surrounds the turn differs (a claim and a DynamoDB record there, an in-memory session
 here).
@@ -17,8 +17,8 @@ from typing import Any
 from functions.adapters.llm import converse_request
 from functions.adapters.relay import Relay
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
-from functions.agent_events import AgentTurn
-from functions.agent_loop import BedrockAgent
+from functions.agent.events import AgentTurn
+from functions.agent.loop import BedrockAgent
 from functions.settings import Settings
 from functions.turn import (
     VOICEWIRE_CHUNKING,
@@ -38,19 +38,30 @@ def answering_agent(adapters: Adapters, history: list[dict[str, Any]], prompt: s
     built-in loop over Bedrock's converse_stream, or a Strands agent), with the settings' tools."""
     settings = adapters.settings
     if settings.agent.startswith("strands"):
-        from functions.strands_agent import StrandsAgentTurn, agent_factory
+        from functions.agent.strands_agent import StrandsAgentTurn, agent_factory
 
         return StrandsAgentTurn(
-            adapters.llm_client(), settings.bedrock_model_id, history, prompt,
-            settings.system_prompt, adapters.tools, settings.max_output_tokens,
-            settings.max_tool_rounds, agent_factory(settings.agent),
+            adapters.llm_client(),
+            settings.bedrock_model_id,
+            history,
+            prompt,
+            settings.system_prompt,
+            adapters.tools,
+            settings.max_output_tokens,
+            settings.max_tool_rounds,
+            agent_factory(settings.agent),
             tool_result_status=True if settings.llm == "replay" else "auto",
-        )  # fmt: skip
+        )
     request = converse_request(
-        settings.bedrock_model_id, history, prompt, settings.system_prompt,
-        settings.max_output_tokens, adapters.tools.tool_config(),
-        cache_prompt=settings.prompt_caching, latency=settings.bedrock_latency,
-    )  # fmt: skip
+        settings.bedrock_model_id,
+        history,
+        prompt,
+        settings.system_prompt,
+        settings.max_output_tokens,
+        adapters.tools.tool_config(),
+        cache_prompt=settings.prompt_caching,
+        latency=settings.bedrock_latency,
+    )
     return BedrockAgent(adapters.llm_client(), request, adapters.tools, settings.max_tool_rounds)
 
 
@@ -68,12 +79,19 @@ def turn_runner(
     """The turn, with the settings' fillers, tool data, speech timeout and audio limit, cut as
     ``chunking`` says (the wiring's: voicewire's, or a benchmark's seed pipeline)."""
     return TurnRunner(
-        spec, relay, speech, cancelled, agent=agent, text=text, stop_failure=stop_failure,
+        spec,
+        relay,
+        speech,
+        cancelled,
+        agent=agent,
+        text=text,
+        stop_failure=stop_failure,
         tool_filler_seconds=settings.tool_filler_seconds or None,
         show_tool_data=settings.show_tool_data,
         speech_timeout=settings.speech_chunk_timeout_seconds,
-        max_speech_seconds=settings.max_speech_seconds_per_turn, chunking=chunking,
-    )  # fmt: skip
+        max_speech_seconds=settings.max_speech_seconds_per_turn,
+        chunking=chunking,
+    )
 
 
 async def session_of(acquiring: asyncio.Task[ReadySession]) -> SpeechSession:

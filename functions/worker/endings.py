@@ -3,7 +3,7 @@
 A turn always ends for the client (``turn_end``, after an ``error`` if it failed), for the
 record (its status) and for CloudWatch (its metric), even when nothing of it was spoken: a job
 that came too late, a worker that died and was retried, a turn cancelled while its worker was
-dead. The spoken path is ``functions.worker_run``.
+dead. The spoken path is ``functions.worker.run``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from functions.adapters.frame_sink import ApiGatewaySink, ClientGone, RelayError
 from functions.adapters.relay import Relay
 from functions.conversation import turn_frames
 from functions.observability import logger
-from functions.turn_metrics import publish_turn_metrics
 from functions.wiring import Adapters
-from functions.worker_job import WorkerJob
+from functions.worker.job import WorkerJob
+from functions.worker.metrics import publish_turn_metrics
 from voicewire.client_protocol import ClientError, Timings
 from voicewire.error_codes import ErrorCode
 
@@ -56,9 +56,14 @@ async def end_told_late(
     retry drops the job), then post its ``turn_end``: the client may be gone or have moved on to
     a newer turn, and a client ignores a turn_end for a turn it already saw end."""
     final = await asyncio.to_thread(
-        adapters.turns.finish, job.connection_id, job.turn_id,
-        status or "cancelled", elapsed(job), {}, None, claimant,
-    )  # fmt: skip  # type: ignore[arg-type]
+        adapters.turns.finish,
+        job.connection_id,
+        job.turn_id,
+        status=status or "cancelled",  # type: ignore[arg-type]
+        timings=elapsed(job),
+        counts={},
+        claimant=claimant,
+    )
     await tell(relay_for(job, adapters), [turn_frames.turn_end(job, final, elapsed(job))])
     publish_turn_metrics(final, elapsed(job), None)
     logger.warning("a dead worker's cancelled turn told its end", status=final)
@@ -77,9 +82,11 @@ def relay_for(job: WorkerJob, adapters: Adapters) -> Relay:
     """The relay that posts this job's frames to its connection, as the client asked."""
     sink = ApiGatewaySink(adapters.management_client(job.callback_url), job.connection_id)
     return Relay(
-        sink, job.turn, job.audio,
+        sink,
+        job.turn,
+        job.audio,
         text_flush="sentence" if job.text_deltas == "sentence" else "interval",
-    )  # fmt: skip
+    )
 
 
 async def tell(relay: Relay, frames: list[Any]) -> None:

@@ -3,7 +3,7 @@ invocation's deadline.
 
 A cancel (the cancel route, a barge-in, a disconnect) only writes the turn's record, so the
 worker watches the record while it runs the turn, renewing its claim as it goes
-(``functions.worker_policy`` sets the pace). Lambda stops an invocation at its timeout without
+(``functions.worker.policy`` sets the pace). Lambda stops an invocation at its timeout without
 warning, so the worker ends the turn a margin before, and says so.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from functions.adapters.turn_ledger import TurnLedger
 from functions.observability import logger
-from functions.worker_job import WorkerJob
-from functions.worker_policy import WORKER_POLICY, WorkerPolicy
+from functions.worker.job import WorkerJob
+from functions.worker.policy import WORKER_POLICY, WorkerPolicy
 from voicewire.client_protocol import ClientError
 from voicewire.error_codes import ErrorCode
 
@@ -61,9 +61,12 @@ async def watch_turn(
         try:
             if time.monotonic() >= renew_at:
                 held = await asyncio.to_thread(
-                    turns.renew_claim, job.connection_id, job.turn_id, claimant,
+                    turns.renew_claim,
+                    job.connection_id,
+                    job.turn_id,
+                    claimant,
                     policy.lease_seconds,
-                )  # fmt: skip
+                )
                 renew_at = time.monotonic() + policy.heartbeat_seconds
                 status = "running" if held else "not-held"
             else:

@@ -29,7 +29,7 @@ from functions.adapters.llm import (
     ToolUseRequest,
     stream_model,
 )
-from functions.agent_events import (
+from functions.agent.events import (
     AgentEvent,
     AgentText,
     AnswerEnded,
@@ -109,9 +109,14 @@ class BedrockAgent:
             if result.stop_reason != "tool_use" or not calls or refused:
                 if calls:  # even the last request asked for tools: answered, never run
                     self.messages.append({"role": "assistant", "content": result.content})
-                    self.messages.append({"role": "user", "content": [
-                        _refused(call, "no more tool calls in this turn") for call in calls
-                    ]})  # fmt: skip
+                    self.messages.append(
+                        {
+                            "role": "user",
+                            "content": [
+                                _refused(call, "no more tool calls in this turn") for call in calls
+                            ],
+                        }
+                    )
                 elif result.content:
                     self.messages.append({"role": "assistant", "content": result.content})
                 yield AnswerEnded(result.stop_reason, result.usage)
@@ -170,10 +175,12 @@ class BedrockAgent:
                 else:
                     task.cancel()
                     outcomes[call.tool_use_id] = cancelled_outcome(call.tool_use_id, call.name, ms)
-            self.messages.append({
-                "role": "user",
-                "content": [outcomes[call.tool_use_id].result for call in calls],
-            })  # fmt: skip
+            self.messages.append(
+                {
+                    "role": "user",
+                    "content": [outcomes[call.tool_use_id].result for call in calls],
+                }
+            )
 
 
 def _ended(outcome: ToolOutcome) -> ToolCallEnded:

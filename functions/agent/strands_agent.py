@@ -35,7 +35,7 @@ from strands.types.exceptions import ModelThrottledException
 from strands.types.tools import AgentTool
 
 from functions.adapters.llm import ConverseStreamClient, LlmError, as_llm_error, with_prompt
-from functions.agent_events import (
+from functions.agent.events import (
     AgentEvent,
     AgentText,
     AnswerEnded,
@@ -127,9 +127,11 @@ class StrandsAgentTurn:
         # The prompt's message is what this turn asks; what comes after it is the turn's.
         self._earlier, self._question = messages[:-1], messages[-1]
         model = ClientBedrockModel(
-            client, model_id=model_id, max_tokens=max_tokens,
+            client,
+            model_id=model_id,
+            max_tokens=max_tokens,
             include_tool_result_status=tool_result_status,
-        )  # fmt: skip
+        )
         strands_tools = [VoicewireTool(tools, tool) for tool in tools.tools.values()]
         options = {"model": model, "tools": strands_tools, "system_prompt": system_prompt}
         made = (factory or _default_agent)(**options)

@@ -1,7 +1,7 @@
 """The one stream of events a turn consumes, whatever agent produces it.
 
 Two producers: the built-in loop over Bedrock's ``converse_stream`` with tools
-(``functions.agent_loop``) and a Strands agent. The turn (``functions.turn``) speaks the text,
+(``functions.agent.loop``) and a Strands agent. The turn (``functions.turn``) speaks the text,
 flushes its chunker at ``ToolCallOpened`` (the preamble is spoken while the tool runs), tells the
 client of ``ToolCallStarted``/``ToolCallEnded`` and may speak a filler at ``ToolsStillRunning``.
 

@@ -1,20 +1,20 @@
 """A worker job from claim to end: the orchestration around one turn (``functions.turn``).
 
 The worker first *claims* its turn (a conditional write: Lambda may deliver the job twice or
-retry it, and a turn is never spoken twice; see ``functions.worker_policy``) while it asks for
+retry it, and a turn is never spoken twice; see ``functions.worker.policy``) while it asks for
 its speech session and reads the conversation history (the head start, so the claim's round
 trip is not added to the first audio). Then it runs the turn with its guards
-(``functions.turn_guards``: a cancel seen in the record, the invocation's deadline), records how
+(``functions.worker.guards``: a cancel seen in the record, the invocation's deadline), records how
 the turn ended, keeps the session for the next turn if the turn left it clean, keeps the
 exchange in the history as the conversation's rules say (``functions.conversation``: as heard,
-when it was cut), and publishes the turn's metrics (``functions.turn_metrics``).
+when it was cut), and publishes the turn's metrics (``functions.worker.metrics``).
 
-Whatever fails, the turn ends (``functions.turn_endings``): the client gets ``error`` +
+Whatever fails, the turn ends (``functions.worker.endings``): the client gets ``error`` +
 ``turn_end``, the record its status, CloudWatch its metric, and the job returns normally so that
 Lambda has nothing to retry.
 
 Where the features land: the agent (its request, history and tools) is built in
-``functions.turn_assembly`` (shared with the AgentCore front door);
+``functions.turn.assembly`` (shared with the AgentCore front door);
 what the turn says and streams is ``functions.turn``'s ``TurnRunner``.
 """
 
@@ -29,24 +29,24 @@ from functions.adapters.conversation_table import TableConversation
 from functions.adapters.relay import Relay
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
 from functions.adapters.turn_ledger import ClaimVerdict, TurnLedger
-from functions.agent_events import AgentTurn
+from functions.agent.events import AgentTurn
 from functions.conversation import rules
 from functions.conversation.heard import Heard, heard_of
 from functions.conversation.history import SpokenExchange
 from functions.observability import logger
 from functions.turn import TurnOutcome, TurnRunner, TurnSpec
-from functions.turn_assembly import answering_agent, hand_back, session_of, turn_runner
-from functions.turn_endings import (
+from functions.turn.assembly import answering_agent, hand_back, session_of, turn_runner
+from functions.wiring import Adapters
+from functions.worker.endings import (
     end_cancelled_before_start,
     end_told_late,
     end_unspoken,
     relay_for,
 )
-from functions.turn_guards import Invocation, TurnStop, stop_at_deadline, watch_turn
-from functions.turn_metrics import publish_count, publish_turn_metrics
-from functions.wiring import Adapters
-from functions.worker_job import WorkerJob
-from functions.worker_policy import WORKER_POLICY, WorkerPolicy
+from functions.worker.guards import Invocation, TurnStop, stop_at_deadline, watch_turn
+from functions.worker.job import WorkerJob
+from functions.worker.metrics import publish_count, publish_turn_metrics
+from functions.worker.policy import WORKER_POLICY, WorkerPolicy
 from voicewire.error_codes import ErrorCode
 
 
@@ -58,9 +58,12 @@ async def run_job(
     head = HeadStart.begin(job, adapters)
     try:
         claim = await asyncio.to_thread(
-            adapters.turns.claim, job.connection_id, job.turn_id, invocation.request_id,
+            adapters.turns.claim,
+            job.connection_id,
+            job.turn_id,
+            invocation.request_id,
             policy.lease_seconds,
-        )  # fmt: skip
+        )
     except Exception:  # Lambda retries the job; nothing of it was used
         await head.discard(adapters.speech_sessions)
         raise
@@ -77,35 +80,46 @@ async def run_job(
         case ClaimVerdict.HELD | ClaimVerdict.ENDED | ClaimVerdict.UNKNOWN:
             # A second delivery of a job, or a retry of one that ended: never speak twice.
             logger.warning(
-                "job dropped", verdict=str(claim.verdict), turn_status=claim.status,
+                "job dropped",
+                verdict=str(claim.verdict),
+                turn_status=claim.status,
                 claimed_by=claim.claimed_by,
-            )  # fmt: skip
+            )
             publish_count("WorkerJobsDropped")
             return "dropped"
         case ClaimVerdict.ABANDONED:
             # Its worker died (a crash, a timeout) and this is Lambda's retry: end it, unspoken.
             return await end_unspoken(
-                job, adapters, ErrorCode.INTERNAL_ERROR,
-                "the turn's worker stopped before the turn ended", announce=False,
-            )  # fmt: skip
+                job,
+                adapters,
+                ErrorCode.INTERNAL_ERROR,
+                "the turn's worker stopped before the turn ended",
+                announce=False,
+            )
         case ClaimVerdict.CLAIMED if claim.status != "running":
             return await end_cancelled_before_start(job, adapters, claim.status or "cancelled")
     if time.time() - job.accepted_at > policy.start_deadline_seconds:
         await head.discard(adapters.speech_sessions)
         return await end_unspoken(
-            job, adapters, ErrorCode.TURN_EXPIRED,
+            job,
+            adapters,
+            ErrorCode.TURN_EXPIRED,
             f"the turn's worker started more than {policy.start_deadline_seconds:g} s after "
-            "the turn was accepted", announce=True,
-        )  # fmt: skip
+            "the turn was accepted",
+            announce=True,
+        )
     try:
         return await run_claimed(job, adapters, invocation, policy, head)
     except Exception as failure:  # whatever escaped: the turn still ends, and says why
         started = not isinstance(failure, _NotStarted)
         logger.exception("the worker failed", started=started)
         return await end_unspoken(
-            job, adapters, ErrorCode.INTERNAL_ERROR,
-            "the turn failed" if started else "the turn could not start", announce=not started,
-        )  # fmt: skip
+            job,
+            adapters,
+            ErrorCode.INTERNAL_ERROR,
+            "the turn failed" if started else "the turn could not start",
+            announce=not started,
+        )
 
 
 class _NotStarted(Exception):
@@ -191,13 +205,25 @@ async def run_claimed(
         except Exception as error:
             raise _NotStarted from error
         spec = TurnSpec(
-            job.turn_id, job.turn, job.mode, job.accepted_at, job.voice, job.speed,
+            job.turn_id,
+            job.turn,
+            job.mode,
+            job.accepted_at,
+            job.voice,
+            job.speed,
             job.word_timings,
-        )  # fmt: skip
+        )
         runner = turn_runner(
-            spec, relay, speech, stop.event, adapters.settings, agent=agent, text=job.text,
-            stop_failure=lambda: stop.failure, chunking=adapters.chunking,
-        )  # fmt: skip
+            spec,
+            relay,
+            speech,
+            stop.event,
+            adapters.settings,
+            agent=agent,
+            text=job.text,
+            stop_failure=lambda: stop.failure,
+            chunking=adapters.chunking,
+        )
         outcome = await runner.run(tell_end=False)
     finally:
         for guard in guards:
@@ -254,9 +280,12 @@ def _relay_counts(relay: Relay) -> dict[str, int]:
 
 
 async def _record_end(
-    job: WorkerJob, turns: TurnLedger, invocation: Invocation, outcome: TurnOutcome,
+    job: WorkerJob,
+    turns: TurnLedger,
+    invocation: Invocation,
+    outcome: TurnOutcome,
     relay: Relay,
-) -> str:  # fmt: skip
+) -> str:
     """Record how the turn ended; returns the record's final status.
 
     Recorded before the client hears of it: a client may leave on its turn_end, and the
@@ -264,9 +293,16 @@ async def _record_end(
     error_code = outcome.error.code.value if outcome.error is not None else None
     try:
         return await asyncio.to_thread(
-            turns.finish, job.connection_id, job.turn_id, outcome.status, outcome.timings,
-            _relay_counts(relay), outcome.stop_reason, invocation.request_id, error_code,
-        )  # fmt: skip
+            turns.finish,
+            job.connection_id,
+            job.turn_id,
+            status=outcome.status,
+            timings=outcome.timings,
+            counts=_relay_counts(relay),
+            stop_reason=outcome.stop_reason,
+            claimant=invocation.request_id,
+            error_code=error_code,
+        )
     except Exception:
         # The client was told; only the record is missing. Retrying the invocation cannot
         # help (the turn would be ended twice), so say so loudly and go on.
@@ -283,9 +319,11 @@ async def _heard(job: WorkerJob, conversation: TableConversation, outcome: TurnO
 
 
 async def _leave_behind(
-    job: WorkerJob, connections: Connections, conversation: TableConversation,
+    job: WorkerJob,
+    connections: Connections,
+    conversation: TableConversation,
     outcome: TurnOutcome,
-) -> Heard | None:  # fmt: skip
+) -> Heard | None:
     """What a turn leaves for later: a connection known gone, the exchange in the history
     (``rules.keep_exchange``: a complete answer with its tool calls and its words, a cut one as
     heard, a failed one only if it called tools). Returns what was heard of a turn cut short
