@@ -91,7 +91,7 @@ MISMATCH = (
 #     aws4_request, SignedHeaders=host;x-amz-date, Signature=<64 hex>
 _ALGORITHM = "AWS4-HMAC-SHA256"
 _PARAMETER = re.compile(r"\s*(?P<name>[A-Za-z]+)=(?P<value>[^,]*)\s*")
-_CREDENTIAL = re.compile(
+CREDENTIAL_SCOPE = re.compile(
     r"^(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request$"
 )
 
@@ -167,7 +167,7 @@ class SigV4Verifier:
                 "MissingAuthenticationTokenException", "Missing Authentication Token"
             )
         parameters = _authorization_parameters(authorization, headers)
-        credential = _CREDENTIAL.match(parameters["Credential"])
+        credential = CREDENTIAL_SCOPE.match(parameters["Credential"])
         if credential is None:  # our words: no AWS message for this case was found
             raise SignatureRejected(
                 "IncompleteSignatureException",
@@ -232,7 +232,7 @@ class SigV4Verifier:
                 f"Date must be in ISO-8601 'basic format'. Got '{amz_date}'. See "
                 "http://en.wikipedia.org/wiki/ISO_8601",
             ) from None
-        rejected = _skew_message(signed, self.clock())
+        rejected = skew_message(signed, self.clock())
         if rejected is not None:
             raise SignatureRejected("InvalidSignatureException", rejected)
 
@@ -315,7 +315,7 @@ class EventChain:
                 f"unexpected headers {sorted(extra)} on a signed envelope {position}",
             )
         signed_at = datetime.fromtimestamp(date_ms / 1000, UTC)
-        stale = _skew_message(signed_at, self.verifier.clock())
+        stale = skew_message(signed_at, self.verifier.clock())
         if stale is not None:
             raise EventSignatureRejected("InvalidSignatureException", f"{stale} {position}")
         payload = bytes(envelope.payload)
@@ -358,7 +358,7 @@ def _encoded_date_header(date_ms: int) -> bytes:
     return bytes([len(name)]) + name + bytes([8]) + struct.pack(">q", date_ms)
 
 
-def _skew_message(signed: datetime, now: datetime) -> str | None:
+def skew_message(signed: datetime, now: datetime) -> str | None:
     """AWS's words for a signature dated too far from its clock, or None if it is near."""
     if signed < now - MAX_SKEW:
         return (
