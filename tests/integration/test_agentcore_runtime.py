@@ -106,8 +106,9 @@ async def test_ws_sends_binary_audio_frames_or_base64_when_asked(runtime):
 
 
 async def test_invocations_stream_the_seeds_events(runtime):
+    # The short recorded answer (three sentences): the events' order is the point, not length.
     events = await invoke(
-        runtime, {"prompt": WEATHER, "mode": "bidi", "voice": "af_heart"}, session_id()
+        runtime, {"prompt": "Hello there", "mode": "bidi", "voice": "af_heart"}, session_id()
     )
     types = [event["type"] for event in events]
     assert set(types) <= SEED_EVENTS  # a client written for the seed meets nothing new
@@ -121,7 +122,7 @@ async def test_invocations_stream_the_seeds_events(runtime):
     end = events[-1]
     assert end["status"] == "complete" and end["audio_bytes"] == len(audio) > 24_000
     text = "".join(event["text"] for event in events if event["type"] == "text_delta")
-    assert "weather" in text.lower() or len(text) > 40
+    assert text == "Hello! I'm voicewire, the voice of your agent. Ask me anything."
     # bidi: speech starts while the answer is still being written
     assert start < max(i for i, kind in enumerate(types) if kind == "text_delta")
 
@@ -379,5 +380,7 @@ async def test_a_client_that_leaves_stops_only_its_own_turn(runtime):
             await ws.send(json.dumps({"action": "voices"}))
             assert json.loads(await asyncio.wait_for(ws.recv(), 10))["type"] == "voices"
 
-    events, _ = await asyncio.gather(invoke(runtime, {"prompt": WEATHER}, session), visit())
+    # The four-sentence recording (267 chars): still speaking a second in, shorter than WEATHER.
+    prompt = "Why does streaming make voice agents feel faster?"
+    events, _ = await asyncio.gather(invoke(runtime, {"prompt": prompt}, session), visit())
     assert events[-1]["type"] == "agent_end" and events[-1]["status"] == "complete"

@@ -74,12 +74,15 @@ def test_a_benchmark_without_turns_refuses_a_stack_url(capsys):
 
 def test_a_bench_against_a_ticketed_api_mints_a_ticket_per_connection(monkeypatch, tmp_path):
     from voicewire_tools import deployed_tickets
+    from voicewire_tools.bench import load
     from voicewire_tools.cli import main
     from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
     options = StackOptions(port=0, speech_port=0, runtime_port=0, tokens=True)
     local = LocalStack(options, lambda line: None)
     local.start()
+    # The short recorded answer for both turns: the tickets are the point, not the speech.
+    monkeypatch.setattr(load, "QUESTIONS", ("Hello, who are you?",))
     try:
         # Two turns, one after the other: two connections, the second refused if it reused the
         # first's ticket (one client: the CPU engine is not what this checks).
@@ -192,7 +195,10 @@ def test_transport_counts_each_deliverys_bytes_and_the_sse_cuts():
 async def test_load_runs_clients_at_once_and_checks_every_frame(stack):
     from voicewire_tools.bench import load
 
-    row = await load.one_load(stack.ws_url, stack, clients=2, turns=1)
+    # Two short recorded answers at once: what it checks is every frame of turns that overlap,
+    # not their length.
+    questions = ("Hello, who are you?", "Hi there, what can you do?")
+    row = await load.one_load(stack.ws_url, stack, clients=2, turns=1, questions=questions)
     assert row["clients"] == 2 and row["turns"] == 2
     assert row["errors"] == 0 and row["frame_problems"] == []
     assert row["first_audio_ms"]["p50"] <= row["first_audio_ms"]["p95"]

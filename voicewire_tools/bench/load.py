@@ -60,10 +60,15 @@ def frame_problems(result: TurnResult) -> list[str]:
     return problems
 
 
-async def conversation(url: ConnectionUrl, turns: int, client: int) -> list[TurnResult]:
+async def conversation(
+    url: ConnectionUrl, turns: int, client: int, questions: tuple[str, ...] | None = None
+) -> list[TurnResult]:
+    """One client's turns, one after another; ``questions`` (default ``QUESTIONS``, read at
+    call time) cycled from the client's own offset, so clients at once ask different ones."""
+    questions = questions or QUESTIONS
     results = []
     for turn in range(turns):
-        question = QUESTIONS[(client + turn) % len(QUESTIONS)]
+        question = questions[(client + turn) % len(questions)]
         results.append(await run_turn(url, {"action": "ask", "prompt": question, "mode": "bidi"}))
     return results
 
@@ -86,7 +91,13 @@ def peak_rss_mb(stack: Any) -> float | None:
     return round(total / 1e6, 1) if total else None
 
 
-async def one_load(url: ConnectionUrl, stack: Any, clients: int, turns: int) -> dict[str, Any]:
+async def one_load(
+    url: ConnectionUrl,
+    stack: Any,
+    clients: int,
+    turns: int,
+    questions: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
     peak = peak_rss_mb(stack) or 0.0
     sampling = True
 
@@ -99,7 +110,7 @@ async def one_load(url: ConnectionUrl, stack: Any, clients: int, turns: int) -> 
     sampler = asyncio.create_task(sample_memory())
     started = time.perf_counter()
     conversations = await asyncio.gather(
-        *(conversation(url, turns, client) for client in range(clients))
+        *(conversation(url, turns, client, questions) for client in range(clients))
     )
     wall = time.perf_counter() - started
     sampling = False
