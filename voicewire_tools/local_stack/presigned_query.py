@@ -57,6 +57,7 @@ from voicewire_tools.local_stack.sigv4_verifier import (
     MISMATCH,
     SIGV4_TIME,
     SignatureRejected,
+    SignedHeadersOnly,  # botocore's signer over the headers the client named
     SigV4Verifier,
     skew_message,  # AWS's words for a signature dated too far from the clock
 )
@@ -209,26 +210,10 @@ class PresignedQueryVerifier:
         request = AWSRequest(method=method, url=f"http://{host}{path}", headers=headers)
         request.params = unsigned
         request.context["timestamp"] = amz_date
-        signer = _SignedHeadersOnly(
+        signer = SignedHeadersOnly(
             Credentials(access_key_id, secret),
             self.verifier.service,
             self.verifier.region,
             signed_headers,
         )
         return request, signer
-
-
-class _SignedHeadersOnly(SigV4Auth):
-    """botocore's signer over the headers the client named, not the ones botocore would pick."""
-
-    def __init__(
-        self, credentials: Credentials, service: str, region: str, signed: list[str]
-    ) -> None:
-        super().__init__(credentials, service, region)
-        self._signed = signed
-
-    def headers_to_sign(self, request: AWSRequest) -> HTTPHeaders:
-        chosen = HTTPHeaders()
-        for name in self._signed:
-            chosen[name] = request.headers.get(name, "")
-        return chosen

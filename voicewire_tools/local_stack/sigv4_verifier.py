@@ -244,7 +244,7 @@ class SigV4Verifier:
         signed_headers: list[str],
         amz_date: str,
         secret: str,
-    ) -> tuple[AWSRequest, _SignedHeadersOnly]:
+    ) -> tuple[AWSRequest, SignedHeadersOnly]:
         """The request as botocore's signer sees it: only the headers the client signed."""
         values = HTTPHeaders()
         for name in signed_headers:
@@ -259,13 +259,13 @@ class SigV4Verifier:
         # botocore takes this header as the payload hash (the canonical request's last line).
         if "x-amz-content-sha256" not in values:
             request.headers["X-Amz-Content-SHA256"] = headers.get("x-amz-content-sha256", "")
-        signer = _SignedHeadersOnly(
+        signer = SignedHeadersOnly(
             Credentials("", secret), self.service, self.region, signed_headers
         )
         return request, signer
 
 
-class _SignedHeadersOnly(SigV4Auth):
+class SignedHeadersOnly(SigV4Auth):
     """botocore's signer, with the signed headers the client chose rather than botocore's
     own choice (it would leave out ``user-agent``, for one, which another signer may sign)."""
 
