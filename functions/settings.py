@@ -214,8 +214,11 @@ class Settings(BaseModel):
 
 
 def environment_variables() -> frozenset[str]:
-    """Every environment variable the settings read."""
-    names: set[str] = set()
+    """Every environment variable the settings read, and the listen signer's
+    (``functions.access.listen_signer``)."""
+    from functions.access.listen_signer import ENVIRONMENT_VARIABLES
+
+    names: set[str] = set(ENVIRONMENT_VARIABLES)
     for field in Settings.model_fields.values():
         if field.alias:
             names.add(field.alias)

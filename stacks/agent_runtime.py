@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import Aws, CfnOutput, Duration, Fn, Stack, Stage
+import jsii
+from aws_cdk import Aws, CfnOutput, Duration, Fn, IStableStringProducer, Lazy, Stack, Stage
 from aws_cdk import aws_bedrockagentcore as agentcore
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_iam as iam
@@ -98,6 +99,17 @@ def websocket_url(runtime_arn: str, endpoint_name: str = ENDPOINT_NAME) -> str:
     )
 
 
+@jsii.implements(IStableStringProducer)
+class _RuntimeRoleArn:
+    """The runtime's role's ARN, once the runtime (which makes the role) exists."""
+
+    def __init__(self, stack: VoiceAgentRuntime) -> None:
+        self.stack = stack
+
+    def produce(self) -> str:
+        return self.stack.runtime.role.role_arn
+
+
 class VoiceAgentRuntime(Stack):
     def __init__(
         self,
@@ -115,6 +127,7 @@ class VoiceAgentRuntime(Stack):
         artifact = agentcore.AgentRuntimeArtifact.from_asset(
             str(staged.directory), platform=ecr_assets.Platform.LINUX_ARM64
         )
+        self.listen_role = self._listen_role()
         self.runtime = agentcore.Runtime(
             self,
             "Runtime",
@@ -125,7 +138,10 @@ class VoiceAgentRuntime(Stack):
             # the Lambda worker does; no VPC to keep.
             network_configuration=agentcore.RuntimeNetworkConfiguration.using_public_network(),
             protocol_configuration=agentcore.ProtocolType.HTTP,
-            environment_variables=agent_environment(settings, Aws.REGION),
+            environment_variables={
+                **agent_environment(settings, Aws.REGION),
+                "VOICEWIRE_LISTEN_ROLE_ARN": self.listen_role.role_arn,
+            },
             lifecycle_configuration=agentcore.LifecycleConfiguration(
                 idle_runtime_session_timeout=IDLE_SESSION_TIMEOUT,
                 max_lifetime=MAX_SESSION_LIFETIME,
@@ -137,6 +153,7 @@ class VoiceAgentRuntime(Stack):
             ENDPOINT_NAME, description="voicewire: the agent's current version"
         )
         self._grant_agent_calls(settings)
+        self.listen_role.grant_assume_role(self.runtime.role)
         self._acknowledge_the_constructs_grants()
 
         self.runtime_arn = CfnOutput(
@@ -204,6 +221,33 @@ class VoiceAgentRuntime(Stack):
                 )
             )
         iam.Policy(self, "AgentCalls", roles=[role], statements=statements)
+
+    def _listen_role(self) -> iam.Role:
+        """``listen`` on ``/ws`` hands the client a Transcribe URL signed with credentials: not
+        the runtime's (which reach Bedrock and SageMaker), but those of a role that may only
+        start a streaming transcription, and which only the runtime's role may assume
+        (``functions/access/listen_signer.py``'s ``AssumedRole``). Made before the runtime,
+        whose environment names it; the runtime's role, made by the runtime, is named in its
+        trust policy when the template is written."""
+        role = iam.Role(
+            self,
+            "ListenRole",
+            assumed_by=iam.ArnPrincipal(Lazy.string(_RuntimeRoleArn(self))),
+            description="voicewire: signs the Transcribe streaming URLs /ws hands its clients",
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["transcribe:StartStreamTranscriptionWebSocket"], resources=["*"]
+            )
+        )
+        acknowledge_wildcard(
+            role,
+            "*",
+            "Amazon Transcribe's streaming actions have no resource type to name (the Service "
+            "Authorization Reference lists none for StartStreamTranscriptionWebSocket): '*' is "
+            "the only resource, and this role may do nothing else.",
+        )
+        return role
 
     def _acknowledge_the_constructs_grants(self) -> None:
         """cdk-nag's findings on what aws-cdk-lib's Runtime grants its role for every agent

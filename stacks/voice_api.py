@@ -63,7 +63,10 @@ from stacks.pipeline_monitoring import PipelineMonitoring
 from voicewire.client_protocol import CLIENT_ACTIONS
 from voicewire.voice_catalog import OFFICIAL_VOICES
 
-ROUTES = CLIENT_ACTIONS  # ask, speak, cancel, voices, history
+# ask, speak, cancel, voices, history: the messages function's. ``listen`` has a function of its
+# own (a two-way route whose role may only start a Transcribe stream).
+LISTEN_ROUTE = "listen"
+ROUTES = tuple(action for action in CLIENT_ACTIONS if action != LISTEN_ROUTE)
 TOKEN_QUERY_PARAMETER = "token"
 
 
@@ -258,6 +261,7 @@ class VoiceApi(Stack):
         self.connect = self._function("Connect", "connect", code)
         self.disconnect = self._function("Disconnect", "disconnect", code)
         self.authorizer = self._function("Authorizer", "authorizer", code)
+        self.listen = self._function("Listen", "listen", code)
 
         for function in (self.worker, self.messages, self.connect, self.disconnect):
             self.table.grant_read_write_data(function)
@@ -347,6 +351,13 @@ class VoiceApi(Stack):
                     f"{route.capitalize()}Integration", self.messages
                 ),
             )
+        # Two-way: API Gateway sends the function's answer (the presigned URL) to the client.
+        self.api.add_route(
+            LISTEN_ROUTE,
+            integration=integrations.WebSocketLambdaIntegration("ListenIntegration", self.listen),
+            return_response=True,
+        )
+        self._grant_listen()
         rate, burst = settings.stage_throttle
         self.stage = apigw.WebSocketStage(
             self,
@@ -421,6 +432,22 @@ class VoiceApi(Stack):
             "-c access_logs=true.",
         )
         return None
+
+    def _grant_listen(self) -> None:
+        """The listen function signs Transcribe streaming URLs with its role's credentials, so
+        that role may start a streaming transcription over a WebSocket and do nothing else (no
+        table, no @connections: its answer is the route's response)."""
+        statement = iam.PolicyStatement(
+            actions=["transcribe:StartStreamTranscriptionWebSocket"], resources=["*"]
+        )
+        self.listen.add_to_role_policy(statement)
+        acknowledge_wildcard(
+            self.listen.role,  # type: ignore[arg-type]
+            "*",
+            "Amazon Transcribe's streaming actions have no resource type to name (the Service "
+            "Authorization Reference lists none for StartStreamTranscriptionWebSocket): '*' is "
+            "the only resource, and this role may do nothing else.",
+        )
 
     def _function(
         self,

@@ -38,6 +38,7 @@ from pydantic_core import PydanticCustomError
 
 from voicewire.error_codes import ErrorCode, ProtocolError
 from voicewire.field_rules import known_voice, shown, speakable, speed_in_range, validate_or_raise
+from voicewire.speech_in.transcribe_url import LANGUAGE_CODE, MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
 from voicewire.speech_protocol import (
     AUDIO_ENCODING,
     CHANNELS,
@@ -190,13 +191,47 @@ class HistoryAction(_Action):
     action: Literal["history"]
 
 
-ClientAction = AskAction | SpeakAction | CancelAction | VoicesAction | HistoryAction
+class ListenAction(_Action):
+    """Ask for a way to speak to the agent: the answer (a ``listen`` frame) is a presigned URL of
+    Amazon Transcribe streaming's WebSocket API (or the local stack's), valid for a few minutes,
+    to which the client streams its microphone; the final transcript comes back as an ``ask``.
+    The audio never passes through voicewire."""
+
+    action: Literal["listen"]
+    language_code: str = "en-US"
+    sample_rate: int = Field(default=16_000, strict=True)
+
+    @field_validator("language_code")
+    @classmethod
+    def _language_code_is_shaped(cls, value: str) -> str:
+        if not LANGUAGE_CODE.fullmatch(value):
+            raise PydanticCustomError(
+                ErrorCode.INVALID_FIELD.value,
+                "language_code {value} is not a language code such as 'en-US'",
+                {"value": shown(value)},
+            )
+        return value
+
+    @field_validator("sample_rate")
+    @classmethod
+    def _sample_rate_in_range(cls, value: int) -> int:
+        if not MIN_SAMPLE_RATE <= value <= MAX_SAMPLE_RATE:
+            raise PydanticCustomError(
+                ErrorCode.INVALID_FIELD.value,
+                "sample_rate {value} is outside 8000-48000 Hz (Transcribe's range)",
+                {"value": shown(value)},
+            )
+        return value
+
+
+ClientAction = AskAction | SpeakAction | CancelAction | VoicesAction | HistoryAction | ListenAction
 _ACTIONS: dict[str, type[_Action]] = {
     "ask": AskAction,
     "speak": SpeakAction,
     "cancel": CancelAction,
     "voices": VoicesAction,
     "history": HistoryAction,
+    "listen": ListenAction,
 }
 # The route keys of the WebSocket API: API Gateway routes on them (stacks/voice_api.py) and so
 # does the local gateway; anything else goes to $default.
@@ -331,6 +366,22 @@ class VoiceInfo(BaseModel):
     language: str  # BCP 47, e.g. en-US
     label: str  # e.g. American English
     gender: str | None = None
+
+
+class ListenOffer(BaseModel):
+    """The answer to ``listen``: where to stream the microphone. ``url`` is a presigned
+    Transcribe streaming WebSocket URL (``wss://transcribestreaming.REGION.amazonaws.com:8443/
+    stream-transcription-websocket?...``, or the local stack's ``ws://``) that opens within
+    ``expires_in_s`` seconds; the client sends ``media_encoding`` audio (signed 16-bit
+    little-endian mono PCM) at ``sample_rate`` Hz in event-stream ``AudioEvent`` messages and
+    reads ``TranscriptEvent`` messages (Transcribe's protocol, docs/protocol.md)."""
+
+    type: Literal["listen"] = "listen"
+    url: str
+    language_code: str
+    sample_rate: int
+    media_encoding: Literal["pcm"] = "pcm"
+    expires_in_s: int
 
 
 class VoiceList(BaseModel):

@@ -47,6 +47,9 @@ class ErrorCode(StrEnum):
     TOO_MANY_TURNS = "too_many_turns"
     SPEECH_LIMIT_REACHED = "speech_limit_reached"
     INVALID_HEARD_MS = "invalid_heard_ms"
+    # speech in (the ``listen`` action)
+    LISTEN_UNAVAILABLE = "listen_unavailable"
+    UNSUPPORTED_LANGUAGE = "unsupported_language"
 
 
 class ProtocolError(Exception):

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     from voicewire_tools.commands.demo import add_arguments as add_demo_arguments
-    from voicewire_tools.commands.up import add_stack_arguments
+    from voicewire_tools.commands.up import add_listen_argument, add_stack_arguments
 
     up = commands.add_parser(
         "up",
@@ -97,6 +97,7 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
         "runtime (default); websocket: straight to the speech server",
     )
     add_stack_arguments(up)
+    add_listen_argument(up)
 
     ask = commands.add_parser(
         "ask", help="ask (or --speak) through the WebSocket API; prints the timeline"

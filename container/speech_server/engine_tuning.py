@@ -43,11 +43,13 @@ again and replaced (``tuned(..., remeasure_because=...)``).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -218,6 +220,30 @@ def tuned(
     records = _read_records(path)
     if key in records and remeasure_because is None:
         return records[key]
+    distrusted = records.get(key)
+    # One measurement at a time on this machine: two engines starting together (two test
+    # workers, a server beside `voicewire up`) would each measure with the other on the same
+    # cores, both twice too slow. The second waits, then takes what the first measured.
+    with _measuring_alone(path):
+        records = _read_records(path)
+        kept = records.get(key)
+        if kept is not None and (remeasure_because is None or kept != distrusted):
+            return kept
+        return _measured(
+            path, key, machine, candidates, voices_path, measure, progress, remeasure_because
+        )
+
+
+def _measured(
+    path: Path,
+    key: str,
+    machine: MachineIdentity,
+    candidates: Mapping[CandidateName, Path],
+    voices_path: Path,
+    measure: Measure | None,
+    progress: Progress,
+    remeasure_because: str | None,
+) -> EngineTuning:
     progress(
         f"measuring {' and '.join(candidates)} graph{'s' if len(candidates) > 1 else ''} on "
         f"{machine.cpu} ({machine.cores} cores)"
@@ -244,6 +270,24 @@ def tuned(
     except OSError as error:  # a read-only cache: run on this measurement, measure next start
         logger.warning("could not keep the engine tuning record in %s: %s", path, error)
     return record
+
+
+@contextmanager
+def _measuring_alone(path: Path) -> Iterator[None]:
+    """An exclusive lock (``flock``) on a file beside the record, held while measuring; where
+    the cache cannot hold it (read-only), measuring goes on unlocked."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115 (held below)
+    except OSError:
+        yield
+        return
+    with handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def describe(record: EngineTuning) -> str:

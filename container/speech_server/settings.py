@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -29,7 +30,10 @@ class EngineSettings:
     ``VOICEWIRE_VOICES_PATH`` (user-given ONNX model and voices files), ``VOICEWIRE_MODEL_DIR``
     (the torch engine's model directory), ``VOICEWIRE_DEVICE`` (torch device), ``VOICEWIRE_LANG``
     (espeak-ng language of the ONNX engine for every voice; by default each voice's own, from
-    ``voicewire.voice_catalog``).
+    ``voicewire.voice_catalog``), ``VOICEWIRE_ENGINE_RECHECK`` (on | off: whether a start whose
+    warm-up disagrees with the engine-tuning record measures again and replaces it,
+    ``engine_tuning``; off keeps the record as it is, as a test run does, so that every server it
+    starts plans the same windows).
     """
 
     engine: EngineName = "onnx"
@@ -41,6 +45,7 @@ class EngineSettings:
     model_dir: Path = field(default=DEFAULT_MODEL_DIR)
     device: str | None = None
     lang: str | None = None
+    recheck_tuning: bool = field(default_factory=lambda: _recheck_from_env(os.environ))
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINE_NAMES:
@@ -69,6 +74,13 @@ class EngineSettings:
         }
         values.update({key: value for key, value in overrides.items() if value is not None})
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _recheck_from_env(env: Mapping[str, str]) -> bool:
+    value = env.get("VOICEWIRE_ENGINE_RECHECK", "on").strip().lower()
+    if value not in ("on", "off"):
+        raise ValueError(f"VOICEWIRE_ENGINE_RECHECK must be on or off, not {value!r}")
+    return value == "on"
 
 
 def _path(value: str | None) -> Path | None:

@@ -33,6 +33,7 @@ from voicewire.client_protocol import (
     CancelAction,
     HistoryAction,
     HistoryFrame,
+    ListenAction,
     SpeakAction,
     VoiceList,
     VoicesAction,
@@ -103,6 +104,16 @@ def handle_message(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:
         case VoicesAction():
             voices = adapters.settings.voices or frozenset(OFFICIAL_VOICES)
             tell(adapters, url, connection_id, [VoiceList.of(voices)])
+        case ListenAction():
+            # API Gateway routes "listen" to its own function (functions/handlers/listen.py),
+            # whose role signs Transcribe URLs; this function's may not.
+            send_error(
+                adapters,
+                url,
+                connection_id,
+                ErrorCode.LISTEN_UNAVAILABLE,
+                "'listen' is answered by the listen route, which this API does not have",
+            )
         case HistoryAction():
             connection = adapters.connections.get(connection_id)
             history = connection.history if connection else []

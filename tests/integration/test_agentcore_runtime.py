@@ -20,6 +20,7 @@ from functions.turn import VOICEWIRE_CHUNKING
 from voicewire.client_protocol import decode_audio_frame
 from voicewire.sse import SseDecoder
 from voicewire.turn_client import run_turn
+from voicewire_tools.bench.capacity import recorded_deltas
 from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
 SESSION_HEADER = "X-Amzn-Bedrock-AgentCore-Runtime-Session-Id"
@@ -106,9 +107,13 @@ async def test_ws_sends_binary_audio_frames_or_base64_when_asked(runtime):
 
 
 async def test_invocations_stream_the_seeds_events(runtime):
-    # The short recorded answer (three sentences): the events' order is the point, not length.
+    # The four-sentence recording: its whole text comes 1.4 s after its first chunk, a margin by
+    # which speech starts first that a test running beside this one does not eat (the short
+    # answer's 0.3 s it did).
     events = await invoke(
-        runtime, {"prompt": "Hello there", "mode": "bidi", "voice": "af_heart"}, session_id()
+        runtime,
+        {"prompt": "Explain how streaming speech works", "mode": "bidi", "voice": "af_heart"},
+        session_id(),
     )
     types = [event["type"] for event in events]
     assert set(types) <= SEED_EVENTS  # a client written for the seed meets nothing new
@@ -122,7 +127,7 @@ async def test_invocations_stream_the_seeds_events(runtime):
     end = events[-1]
     assert end["status"] == "complete" and end["audio_bytes"] == len(audio) > 24_000
     text = "".join(event["text"] for event in events if event["type"] == "text_delta")
-    assert text == "Hello! I'm voicewire, the voice of your agent. Ask me anything."
+    assert text == "".join(delta for _, delta in recorded_deltas("four_sentences"))
     # bidi: speech starts while the answer is still being written
     assert start < max(i for i, kind in enumerate(types) if kind == "text_delta")
 

@@ -256,6 +256,9 @@ def test_the_only_unscoped_grants_are_the_constructs_resourceless_actions(templa
     for logical, statements in policies(template).items():
         for statement in statements:
             if "*" in as_list(statement["Resource"]):
+                if logical.startswith("ListenRole"):  # Transcribe's: no resource type at all
+                    assert statement["Action"] == "transcribe:StartStreamTranscriptionWebSocket"
+                    continue
                 assert "ExecutionRoleDefaultPolicy" in logical, statement
                 unscoped.update(as_list(statement["Action"]))
                 if statement["Action"] == "cloudwatch:PutMetricData":
@@ -263,18 +266,64 @@ def test_the_only_unscoped_grants_are_the_constructs_resourceless_actions(templa
                         "StringEquals": {"cloudwatch:namespace": "bedrock-agentcore"}
                     }
     assert unscoped == CONSTRUCT_UNSCOPED_ACTIONS
-    (default,) = [s for logical, s in policies(template).items() if "DefaultPolicy" in logical]
+    (default,) = [
+        s for logical, s in policies(template).items() if "ExecutionRoleDefaultPolicy" in logical
+    ]
     (pull,) = [s for s in default if "ecr:BatchGetImage" in as_list(s["Action"])]
     assert "cdk-hnb659fds-container-assets-" in json.dumps(pull["Resource"])
 
 
+def execution_role(template: Template) -> tuple[str, dict]:
+    ((logical, role),) = [
+        (logical, role)
+        for logical, role in template.find_resources("AWS::IAM::Role").items()
+        if not logical.startswith("ListenRole")
+    ]
+    return logical, role
+
+
 def test_the_role_trusts_agentcore_for_this_account_and_runtime_only(template):
-    (role,) = template.find_resources("AWS::IAM::Role").values()
+    _, role = execution_role(template)
     (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert trust["Principal"] == {"Service": "bedrock-agentcore.amazonaws.com"}
     assert trust["Condition"]["StringEquals"] == {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
     source = trust["Condition"]["ArnLike"]["aws:SourceArn"]["Fn::Join"][1]
     assert source[-1] == ":runtime/voicewire_agent*"
+
+
+def test_listen_signs_with_a_role_that_only_the_runtime_assumes_and_that_only_transcribes(
+    template,
+):
+    """``/ws`` answers ``listen`` with a URL signed by the listen role's credentials: only the
+    runtime's role may assume it (its trust and the runtime's one sts:AssumeRole grant), it may
+    only start a streaming transcription, and the runtime is told its ARN."""
+    execution, _ = execution_role(template)
+    ((listen, role),) = [
+        (logical, role)
+        for logical, role in template.find_resources("AWS::IAM::Role").items()
+        if logical.startswith("ListenRole")
+    ]
+    (trust,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"AWS": {"Fn::GetAtt": [execution, "Arn"]}}
+    assert trust["Action"] == "sts:AssumeRole"
+    granted = {
+        logical: [
+            (statement["Action"], statement["Resource"])
+            for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        ]
+        for logical, policy in template.find_resources("AWS::IAM::Policy").items()
+    }
+    (own,) = [g for logical, g in granted.items() if logical.startswith("ListenRole")]
+    assert own == [("transcribe:StartStreamTranscriptionWebSocket", "*")]
+    assumes = [
+        resource
+        for statements in granted.values()
+        for action, resource in statements
+        if action == "sts:AssumeRole"
+    ]
+    assert assumes == [{"Fn::GetAtt": [listen, "Arn"]}]
+    variables = only(template, "AWS::BedrockAgentCore::Runtime")["EnvironmentVariables"]
+    assert variables["VOICEWIRE_LISTEN_ROLE_ARN"] == {"Fn::GetAtt": [listen, "Arn"]}
 
 
 def test_without_a_knowledge_base_there_is_no_retrieve_and_binary_audio_follows_the_flag(

@@ -304,7 +304,8 @@ def test_a_record_measured_on_a_busier_machine_is_measured_again_at_the_engines_
     plans its windows and its chunks by the new one. Ten times, not the issue's two: on a
     machine this busy now, the warm-up is slower too."""
     model, voices = fresh_cache / bundled_model_path().name, next(fresh_cache.glob("voices*"))
-    settings = EngineSettings(model_path=model, voices_path=voices)  # one candidate: "given"
+    # One candidate ("given"); the recheck on, whatever the test run's environment says.
+    settings = EngineSettings(model_path=model, voices_path=voices, recheck_tuning=True)
     wrong = off_by(model, 10.0)
     tuned({"given": model}, voices, measure=lambda *_: {"given": wrong})
     with caplog.at_level(logging.INFO):
@@ -318,10 +319,11 @@ def test_a_record_measured_on_a_busier_machine_is_measured_again_at_the_engines_
     assert record.remeasured_because and "busier machine" in record.remeasured_because
     measured = record.speed("given")
     assert measured.rounds >= engine_tuning.MIN_ROUNDS and measured.vocoder_ms_per_call > 0
-    assert measured.vocoder_ms_per_frame < wrong.vocoder_ms_per_frame / 3
+    # Measured for real, on a machine maybe busy now too: well under the wrong record's figure.
+    assert measured.vocoder_ms_per_frame < wrong.vocoder_ms_per_frame / 2
     assert engine.tuning == record and engine.measured == measured
     assert engine.vocoder.speed == vocoder_speed(measured)  # the plan follows the new record
-    assert engine.real_time_factor < wrong.real_time_factor / 3  # and so does the schedule
+    assert engine.real_time_factor < wrong.real_time_factor / 2  # and so does the schedule
 
 
 def test_a_measurement_again_that_chooses_the_other_graph_loads_it(
@@ -356,7 +358,9 @@ def test_a_measurement_again_that_chooses_the_other_graph_loads_it(
             remeasure_because="the test's record",
         )
         with caplog.at_level(logging.WARNING):
-            engine = KokoroOnnxEngine.from_settings(EngineSettings(graph=graph))
+            engine = KokoroOnnxEngine.from_settings(
+                EngineSettings(graph=graph, recheck_tuning=True)
+            )
         assert "does not hold here" in caplog.text
         assert engine.graph == runs and engine.tuning.choice == "original"
         assert engine.tuning.remeasured_because.startswith("the warm-up's vocoder ran")

@@ -32,7 +32,7 @@ from websockets.uri import parse_uri
 from speech_server.server import bind_socket
 from voicewire.client_protocol import MAX_FRAME_BYTES, MAX_MESSAGE_BYTES
 from voicewire_tools.local_stack.gateway import Gateway, GatewayFunctions, PostFrames
-from voicewire_tools.local_stack.stack import RunningServer, serve_in_thread
+from voicewire_tools.local_stack.threaded_server import RunningServer, serve_in_thread
 
 KB = 1024
 AUDIO = b"\xa1\x00\x00\x00\x01\x00\x00\x00\x00" + bytes(range(256)) * 8  # 0xA1: never UTF-8

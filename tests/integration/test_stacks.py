@@ -73,6 +73,7 @@ def test_the_api_has_every_route_and_only_connect_is_authorized(template):
         "cancel",
         "voices",
         "history",
+        "listen",
     }
     assert routes["$connect"]["AuthorizationType"] == "CUSTOM"
     assert all(
@@ -89,7 +90,7 @@ def test_the_functions_are_arm64_python_312_and_run_the_handlers(template):
     handlers = sorted(f["Properties"]["Handler"] for f in functions.values())
     assert handlers == sorted(
         f"functions.handlers.{name}.handler"
-        for name in ("authorizer", "connect", "disconnect", "messages", "worker")
+        for name in ("authorizer", "connect", "disconnect", "listen", "messages", "worker")
     )
     for function in functions.values():
         properties = function["Properties"]
@@ -240,11 +241,48 @@ def _statements(template: Template) -> list[dict]:
     return statements
 
 
+# Amazon Transcribe's streaming actions have no resource type (the Service Authorization
+# Reference lists none): '*' is the only resource they can be granted on.
+NO_RESOURCE_TYPE = {"transcribe:StartStreamTranscriptionWebSocket"}
+
+
 def test_no_iam_statement_allows_every_resource(template):
     for statement in _statements(template):
         resource = statement["Resource"]
         listed = resource if isinstance(resource, list) else [resource]
-        assert "*" not in listed, statement
+        actions = (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
+        assert "*" not in listed or set(actions) <= NO_RESOURCE_TYPE, statement
+
+
+def test_listen_answers_on_its_route_with_a_role_that_may_only_start_a_transcription(template):
+    """``listen`` is two-way (its function's answer is the route's response) and its function's
+    role, whose credentials sign the Transcribe URL a client gets, may do nothing else: no
+    table, no @connections, no other service."""
+    found = resources(template, "AWS::ApiGatewayV2::Route")
+    (listen_id,) = [k for k, r in found.items() if r["Properties"]["RouteKey"] == "listen"]
+    assert found[listen_id]["Properties"]["RouteResponseSelectionExpression"] == "$default"
+    (response,) = resources(template, "AWS::ApiGatewayV2::RouteResponse").values()
+    assert response["Properties"]["RouteId"] == {"Ref": listen_id}
+    assert response["Properties"]["RouteResponseKey"] == "$default"
+    (role,) = [
+        function["Properties"]["Role"]["Fn::GetAtt"][0]
+        for function in resources(template, "AWS::Lambda::Function").values()
+        if function["Properties"]["Handler"] == "functions.handlers.listen.handler"
+    ]
+    actions = sorted(
+        action
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        for action in (
+            statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        )
+    )
+    assert [a for a in actions if not a.startswith("logs:")] == [
+        "transcribe:StartStreamTranscriptionWebSocket"
+    ]
 
 
 def test_the_worker_may_invoke_the_speech_endpoint_and_the_model_only(template):

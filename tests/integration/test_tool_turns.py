@@ -11,6 +11,7 @@ from test_agent_loop import client_for
 from turn_harness import run_turn
 
 from functions.tools import sample_tools
+from functions.turn.filler_phrases import filler_for
 
 
 def kinds(frames):
@@ -100,12 +101,14 @@ async def test_batch_speaks_the_preamble_then_the_answer(aws, speech_server):
         "batch",
         "What do the voicewire docs say?",
         pace=0.3,
-        tools=sample_tools(latency_seconds=1.0),
+        tools=sample_tools(latency_seconds=2.5),  # outlasts the preamble's synthesis, busy or not
         show_tool_data=True,
     )
     frames = connection.frames()
     order = kinds(frames)
-    sentences = control(frames, "sentence")
+    # A filler may come between them: on a busy machine the tool can outlast the preamble's
+    # playout (functions/turn/fillers.py's rule), and that is right.
+    sentences = [s for s in control(frames, "sentence") if s["text"] != filler_for("en")]
     assert sentences[0]["text"] == "I'll look that up in the docs."
     assert sentences[1]["text"].startswith("The docs cover that under Deploy")
     start, end = order.index("tool_start"), order.index("tool_end")

@@ -136,12 +136,28 @@ def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_listen_argument(parser: argparse.ArgumentParser) -> None:
+    """``voicewire up``'s: the other commands that start a stack (demo, bench) need no speech
+    input."""
+    parser.add_argument(
+        "--no-listen",
+        dest="listen",
+        action="store_false",
+        help="no speech input: no local Transcribe endpoint (by default one is started, with an "
+        "offline recognizer; the speech-in extra is installed on first use)",
+    )
+
+
 def stack_options(args: argparse.Namespace, port: int) -> object:
     """The stack the arguments describe; with ``--llm local``, its extra installed first."""
     from functions.settings import parse_origins
     from voicewire_tools.local_stack.stack import StackOptions
 
     llm = llm_choice(args)
+    if getattr(args, "listen", False):
+        from voicewire_tools.commands.speech_in_setup import ensure_speech_in
+
+        ensure_speech_in(progress=lambda line: print(line, flush=True))
     if llm == "local":
         from voicewire_tools.commands.local_llm_setup import ensure_local_llm
 
@@ -168,6 +184,7 @@ def stack_options(args: argparse.Namespace, port: int) -> object:
         tool_latency_ms=args.tool_latency_ms,
         agent=args.agent,
         front_door=getattr(args, "front_door", "apigateway"),
+        listen=getattr(args, "listen", True),
     )
 
 
@@ -195,6 +212,15 @@ def llm_line(stack: Any) -> str:
     return "replay of the recordings in events/llm"
 
 
+def listen_line(stack: Any) -> str:
+    """Where ``listen`` sends a microphone's audio, or why it cannot, for the address lines."""
+    if stack.transcribe is None:
+        from functions.access.listen_signer import current_listen_signer
+
+        return f"off: {current_listen_signer().settings.unavailable}"
+    return f"local Transcribe streaming endpoint {stack.transcribe.endpoint_url} (offline)"
+
+
 def _first_link(links: str | tuple[str, ...]) -> str:
     return links if isinstance(links, str) else links[0]
 
@@ -219,13 +245,14 @@ def run(args: argparse.Namespace) -> None:
         )
     quiet_lambda_output(args.verbose)
     from voicewire_tools.commands.local_llm_setup import LocalLlmSetupError
+    from voicewire_tools.commands.speech_in_setup import SpeechInSetupError
     from voicewire_tools.local_stack.local_llm_weights import LocalWeightsError
     from voicewire_tools.local_stack.stack import LocalStack
 
     with stop_on_signals("voicewire up"):
         try:
             options = stack_options(args, args.port)
-        except (ValueError, LocalLlmSetupError) as error:
+        except (ValueError, LocalLlmSetupError, SpeechInSetupError) as error:
             sys.exit(f"voicewire up: {error}")
         stack = LocalStack(options, progress=lambda line: print(line, flush=True))
         try:
@@ -267,6 +294,7 @@ def _print_addresses(stack: Any) -> None:
         f"  management  {stack.base_url}/@connections/{{connectionId}}\n"
         f"  speech      {_speech_line(stack)}\n"
         f"  llm         {llm}\n"
+        f"  listen      {listen_line(stack)}\n"
         f"  agent       {stack.adapters.settings.agent}, tools: "
         f"{', '.join(stack.adapters.settings.tools) or 'none'}\n"
         f"{_try_lines(stack)}"
@@ -298,6 +326,7 @@ def _print_agentcore_addresses(stack: Any) -> None:
         f"  ping         {stack.base_url}/ping\n"
         f"  speech       {_speech_line(stack)}\n"
         f"  llm          {llm}\n"
+        f"  listen       {listen_line(stack)}\n"
         f"  agent        {settings.agent}, tools: {', '.join(settings.tools) or 'none'}\n"
         '\nTry: uv run voicewire ask "What is the release plan?"\n'
         '     uv run voicewire ask --sse "What is the release plan?"  (as the seed\'s client)\n'

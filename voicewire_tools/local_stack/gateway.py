@@ -49,11 +49,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import contextlib
 import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -106,6 +107,9 @@ class GatewayFunctions:
     disconnect: Handler
     message: Handler
     authorizer: Handler | None = None  # None: no token needed
+    # Routes with a function of their own and a route response (two-way): API Gateway sends
+    # the body the function returns to the client (``listen``, stacks/voice_api.py).
+    two_way: Mapping[str, Handler] = field(default_factory=dict)
 
 
 @dataclass
@@ -477,6 +481,7 @@ class Gateway:
                 await self._close(connection, 1003, "Binary frames are not supported")
                 return 1003, "Binary frames are not supported"
             route = route_for(body)
+            handler = self.functions.two_way.get(route, self.functions.message)
             event = {
                 "requestContext": _request_context(
                     connection,
@@ -488,14 +493,46 @@ class Gateway:
                 "body": body,
                 "isBase64Encoded": False,
             }
+            if route in self.functions.two_way:
+                # Its answer is sent when the function returns; nothing orders it with the
+                # one-way routes' posts (as on API Gateway).
+                task = asyncio.create_task(self._answer(connection, handler, event))
+                self._handling.add(task)
+                task.add_done_callback(self._handled)
+                continue
             if self.ordered_messages:
-                await asyncio.to_thread(self.functions.message, event)
+                await asyncio.to_thread(handler, event)
                 continue
             # As API Gateway: each message's invocation starts as it arrives, and a "cancel"
             # right after an "ask" may be handled before it, or while it runs.
-            task = asyncio.create_task(asyncio.to_thread(self.functions.message, event))
+            task = asyncio.create_task(asyncio.to_thread(handler, event))
             self._handling.add(task)
             task.add_done_callback(self._handled)
+
+    async def _answer(
+        self, connection: LocalConnection, handler: Handler, event: dict[str, Any]
+    ) -> None:
+        """A two-way route: the integration's response body, sent to the client as API Gateway
+        sends a route response (a text frame; nothing when the function returned no body). A
+        function that fails is answered as API Gateway answers it."""
+        try:
+            result = await asyncio.to_thread(handler, event)
+        except Exception:
+            logger.exception("a two-way route's function failed")
+            body = json.dumps(
+                {
+                    "message": "Internal server error",
+                    "connectionId": connection.connection_id,
+                    "requestId": event["requestContext"]["requestId"],
+                }
+            )
+        else:
+            body = result.get("body") if isinstance(result, dict) else None
+        if not isinstance(body, str) or not connection.open:
+            return
+        async with connection.send_lock:
+            with contextlib.suppress(ConnectionClosed):
+                await connection.websocket.send(body, text=True)
 
     def _handled(self, task: asyncio.Task[Any]) -> None:
         self._handling.discard(task)

@@ -65,12 +65,13 @@ class LocalFunctions:
     """Calls the real handler modules (``functions.handlers.*``)."""
 
     def __init__(self, behaviour: AsyncBehaviour | None = None) -> None:
-        from functions.handlers import authorizer, connect, disconnect, messages, worker
+        from functions.handlers import authorizer, connect, disconnect, listen, messages, worker
 
         self.modules = {
             "authorizer": authorizer,
             "connect": connect,
             "disconnect": disconnect,
+            "listen": listen,
             "messages": messages,
             "worker": worker,
         }

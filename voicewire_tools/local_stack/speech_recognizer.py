@@ -31,6 +31,7 @@ promise (changes a stable word, updates a final segment) is a ``RecognizerProtoc
 from __future__ import annotations
 
 import re
+import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -218,3 +219,41 @@ def _check(hypothesis: Hypothesis) -> None:
 
 def _seconds(value: float) -> float:
     return round(float(value), TIME_DECIMALS)
+
+
+class RecognizerInBackground:
+    """A recognizer loaded on a thread of its own, so that a stack starts without waiting for
+    it: the first stream waits for the load instead (by then, usually, long done). A load that
+    failed fails every stream that needs it, with the load's error. ``languages``: what the
+    loaded recognizer will transcribe, known before it is (a stream's URL is checked first)."""
+
+    def __init__(
+        self,
+        load: Callable[[], Recognizer],
+        languages: frozenset[str],
+        name: str = "recognizer-load",
+    ) -> None:
+        self.languages = languages
+        self._loaded: Recognizer | None = None
+        self._error: BaseException | None = None
+        self._done = threading.Event()
+        threading.Thread(target=self._load, args=(load,), name=name, daemon=True).start()
+
+    def _load(self, load: Callable[[], Recognizer]) -> None:
+        try:
+            self._loaded = load()
+        except BaseException as error:  # kept for the streams that need it
+            self._error = error
+        finally:
+            self._done.set()
+
+    def wait(self, timeout: float | None = None) -> Recognizer:
+        if not self._done.wait(timeout):
+            raise TimeoutError("the recognizer is still loading")
+        if self._error is not None:
+            raise RecognizerProtocolError(f"the recognizer failed to load: {self._error}")
+        assert self._loaded is not None
+        return self._loaded
+
+    def open(self, *, language_code: str, sample_rate: int) -> RecognizerSession:
+        return self.wait().open(language_code=language_code, sample_rate=sample_rate)

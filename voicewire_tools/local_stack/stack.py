@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -21,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import boto3
 import httpx
-import uvicorn
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -31,6 +29,7 @@ from speech_server.server import DRAIN_SECONDS_ENV, bind_socket
 from speech_server.settings import EngineSettings
 from voicewire_tools.local_stack.gateway import TICKETS_PATH, PostFrames
 from voicewire_tools.local_stack.sigv4_verifier import AccessKey, SigV4Verifier
+from voicewire_tools.local_stack.threaded_server import RunningServer, serve_in_thread
 
 if TYPE_CHECKING:
     from functions.settings import LlmKind
@@ -106,32 +105,13 @@ class StackOptions:
     # ("apigateway"), or the agent's AgentCore Runtime container app ("agentcore":
     # ``functions.agentcore``, serving /ws, /invocations and /ping on ``port``).
     front_door: FrontDoor = "apigateway"
-
-
-@dataclass
-class RunningServer:
-    server: uvicorn.Server
-    thread: threading.Thread
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(15)
-
-
-def serve_in_thread(app: Any, sock: socket.socket, name: str, **config: Any) -> RunningServer:
-    server = uvicorn.Server(
-        uvicorn.Config(app, **{"log_level": "warning", "ws": "websockets-sansio", **config})
-    )
-    thread = threading.Thread(
-        target=lambda: asyncio.run(server.serve(sockets=[sock])), name=name, daemon=True
-    )
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError(f"the {name} did not start")
-        time.sleep(0.01)
-    return RunningServer(server, thread)
+    # Speech in: a local Transcribe streaming endpoint (transcribe_streaming.py) that ``listen``
+    # hands out URLs for, with this recognizer behind it (None: the offline Whisper recognizer,
+    # when the speech-in extra is installed). False (what the demo and the benches start): no
+    # endpoint, and ``listen`` says so; ``voicewire up`` starts one unless --no-listen.
+    listen: bool = False
+    recognizer: Any = None
+    transcribe_port: int = 0  # 0: any free port (the URL is handed out by ``listen``)
 
 
 def llm_model_id(options: StackOptions) -> str:
@@ -166,6 +146,12 @@ class LocalStack:
         # What the replay LLM (or the local one) was sent, every turn (its clients share this
         # list): what Bedrock would have been sent.
         self.llm_requests: list[dict[str, Any]] = []
+        # The access key the local Transcribe endpoint accepts: what ``listen`` signs with, as a
+        # deployment's listen role signs with its own.
+        self.listen_credentials = AccessKey.issue()
+        self.transcribe: Any = None  # RunningTranscribeStreaming, when started
+        self._previous_listen_signer: Any = None
+        self._listening = False  # this stack's listen signer is installed
         self._tls_dir: Path | None = None
         self.tls: Any = None
         self.adapters: Any = None
@@ -263,6 +249,7 @@ class LocalStack:
             )
         voices = self._wait_for_speech()
         self._start_runtime(runtime_socket)
+        self._start_listening()
 
         from functions.adapters.frame_sink import management_client
         from functions.settings import DEFAULT_SYSTEM_PROMPT, Settings
@@ -318,6 +305,7 @@ class LocalStack:
                 connect=lambda event: self.functions.call("connect", event),
                 disconnect=lambda event: self.functions.call("disconnect", event),
                 message=lambda event: self.functions.call("messages", event),
+                two_way={"listen": lambda event: self.functions.call("listen", event)},
                 authorizer=(
                     (lambda event: self.functions.call("authorizer", event))
                     if options.tokens
@@ -335,6 +323,69 @@ class LocalStack:
         self.gateway = gateway
         self._servers.append(
             serve_in_thread(gateway.app(), gateway_socket, "gateway", **gateway.uvicorn_settings())
+        )
+
+    def _start_listening(self) -> None:
+        """The local Transcribe streaming endpoint, and the signer ``listen`` uses on both front
+        doors (``functions.access.listen_signer``): URLs for that endpoint, signed with the key it
+        accepts. Without a recognizer, ``listen`` answers ``listen_unavailable`` and says why."""
+        from botocore.credentials import Credentials
+
+        from functions.access.listen_signer import ListenSigner, use_listen_signer
+        from voicewire.speech_in.listen_offer import ListenSettings
+
+        options = self.options
+        unavailable = None
+        endpoint = None
+        if not options.listen:
+            unavailable = "speech input is off on this stack (voicewire up --no-listen)"
+        else:
+            recognizer = options.recognizer or self._offline_recognizer()
+            if isinstance(recognizer, str):
+                unavailable = recognizer
+            else:
+                from voicewire_tools.local_stack.transcribe_streaming import (
+                    LocalTranscribeStreaming,
+                    start_transcribe_streaming,
+                )
+
+                self.transcribe = start_transcribe_streaming(
+                    LocalTranscribeStreaming.accepting(recognizer, [self.listen_credentials]),
+                    options.host,
+                    options.transcribe_port,
+                )
+                options.transcribe_port = self.transcribe.port
+                endpoint = self.transcribe.endpoint_url
+        key = self.listen_credentials
+        self._previous_listen_signer = use_listen_signer(
+            ListenSigner(
+                ListenSettings(region=REGION, endpoint=endpoint, unavailable=unavailable),
+                lambda: Credentials(key.access_key_id, key.secret_access_key),
+            )
+        )
+        self._listening = True
+        if unavailable:
+            self.progress(f"speech in: {unavailable}")
+
+    def _offline_recognizer(self) -> Any:
+        """The offline recognizer (Whisper tiny.en from its PyPI wheel, ``whisper_recognizer``),
+        loading in the background so the stack does not wait for it, or why there is none (a
+        sentence)."""
+        from voicewire_tools.commands.speech_in_setup import EXTRA, speech_in_installed
+
+        if not speech_in_installed():
+            return (
+                f"the offline recognizer is not installed (uv sync --inexact --extra {EXTRA}, "
+                "or voicewire up installs it); typing works"
+            )
+        from voicewire_tools.local_stack.speech_recognizer import RecognizerInBackground
+        from voicewire_tools.local_stack.whisper_recognizer import LANGUAGES, WhisperRecognizer
+
+        return RecognizerInBackground(
+            lambda: WhisperRecognizer.from_packaged(
+                progress=lambda line: self.progress(f"listen: {line}")
+            ),
+            LANGUAGES,
         )
 
     def _serve_agentcore(self, reserved: socket.socket) -> None:
@@ -560,6 +611,14 @@ class LocalStack:
         if self.functions is not None:
             self.functions.wait(10)
         self._drop_kept_sessions()
+        if self.transcribe is not None:
+            self.transcribe.stop()
+            self.transcribe = None
+        if self._listening:
+            from functions.access.listen_signer import use_listen_signer
+
+            use_listen_signer(self._previous_listen_signer)
+            self._previous_listen_signer, self._listening = None, False
         if self._runtime is not None:
             self._runtime.stop()
             self._runtime = None

@@ -75,7 +75,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl
 
 from starlette.applications import Starlette
@@ -107,9 +107,7 @@ from voicewire_tools.local_stack.speech_recognizer import (
     RecognizerSession,
     TranscriptResults,
 )
-
-if TYPE_CHECKING:
-    from voicewire_tools.local_stack.stack import RunningServer
+from voicewire_tools.local_stack.threaded_server import RunningServer, serve_in_thread
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -555,9 +553,7 @@ def start_transcribe_streaming(
 ) -> RunningTranscribeStreaming:
     """Serve ``endpoint`` with uvicorn in a thread, as the local stack serves its other
     stand-ins (port 0: any free port)."""
-    # Imported here: the stack imports this module to start the endpoint.
     from speech_server.server import bind_socket
-    from voicewire_tools.local_stack.stack import serve_in_thread
 
     sock = bind_socket(host, port)
     bound_port = sock.getsockname()[1]

@@ -118,6 +118,11 @@ class KokoroOnnxEngine:
         reason = disagreement(engine.warm_up_decodes, measured) if measured else None
         if reason is None:
             return engine
+        if not settings.recheck_tuning:
+            logger.warning(
+                "the engine tuning record may not hold here (kept: recheck off): %s", reason
+            )
+            return engine
         logger.warning("the engine tuning record does not hold here: %s", reason)
         tuning = _tuning(candidates, voices_path, remeasure_because=reason)
         if tuning is None or graph not in tuning.candidates:

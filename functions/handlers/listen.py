@@ -1,0 +1,45 @@
+"""The ``listen`` route: a presigned Amazon Transcribe streaming URL for this client's
+microphone, answered on the route itself.
+
+The route is two-way (a route response, ``stacks/voice_api.py``): API Gateway sends the body this
+function returns to the client, so it needs no ``@connections`` permission, and its role may only
+``transcribe:StartStreamTranscriptionWebSocket``: the URL it signs opens a Transcribe stream and
+nothing else. The audio goes from the client to Transcribe; the final transcript comes back as an
+``ask`` on the ``ask`` route, with every rule a typed question has. Bad input (a language not
+offered, a sample rate Transcribe refuses) is an ``error`` frame with a stable code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from functions.access.listen_signer import ListenSigner, current_listen_signer
+from functions.events import MessageEvent
+from functions.observability import logger
+from voicewire.client_protocol import ClientError, ListenAction, dump_control, parse_action
+from voicewire.error_codes import ErrorCode, ProtocolError
+from voicewire.speech_in.listen_offer import listen_offer
+
+
+def listen(raw: dict[str, Any], signer: ListenSigner) -> dict[str, Any]:
+    event = MessageEvent.model_validate(raw)
+    logger.append_keys(connection_id=event.request_context.connection_id)
+    body = event.body if isinstance(event.body, str) else None
+    try:
+        action = parse_action(body)
+        if not isinstance(action, ListenAction):  # the route selects on the action's name
+            raise ProtocolError(ErrorCode.UNKNOWN_ACTION, "the listen route takes only 'listen'")
+        offer = listen_offer(action, signer.credentials(), signer.settings)
+    except ProtocolError as error:
+        logger.info("listen refused", code=error.code.value)
+        frame = ClientError(code=error.code, message=error.message, turn_id=error.request_id)
+        return {"statusCode": 200, "body": dump_control(frame).decode()}
+    logger.info("listen offered", language_code=offer.language_code, expires=offer.expires_in_s)
+    return {"statusCode": 200, "body": dump_control(offer).decode()}
+
+
+@logger.inject_lambda_context(clear_state=True)
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return listen(event, current_listen_signer())

@@ -1,0 +1,129 @@
+"""``listen`` on both front doors of the local stack: the answer is a presigned URL of the local
+Transcribe streaming endpoint, which accepts it (and nothing forged), transcribes what is
+streamed there, and the final transcript asked on the same connection is answered as a typed
+question is.
+
+The recognizer behind the endpoint is the protocol's test double here (it hears a fixed
+sentence, ``tests/recognizer_double.py``): what is checked is the path, not recognition
+(``test_whisper_recognizer.py`` checks the real recognizer)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
+
+from tests.recognizer_double import FixedWordsRecognizer
+from voicewire.speech_in.transcribe_events import (
+    TranscriptEvent,
+    audio_event,
+    end_of_stream,
+    read_result,
+)
+from voicewire_tools.local_stack.stack import LocalStack, StackOptions
+
+RATE = 16_000
+CHUNK = b"\x00\x01" * (RATE // 10)  # 100 ms of 16-bit mono samples
+
+
+@pytest.fixture(scope="module", params=["apigateway", "agentcore"])
+def listening_stack(request):
+    options = StackOptions(
+        port=0,
+        speech_port=0,
+        runtime_port=0,
+        async_retry_delays=(0.2, 0.4),
+        front_door=request.param,
+        listen=True,
+        recognizer=FixedWordsRecognizer(),
+    )
+    local = LocalStack(options, progress=lambda line: None)
+    local.start()
+    yield local
+    local.stop()
+
+
+async def answer(ws, message: dict) -> dict:
+    await ws.send(json.dumps(message))
+    while True:
+        frame = await asyncio.wait_for(ws.recv(), 15)
+        if isinstance(frame, str):
+            return json.loads(frame)
+
+
+async def transcribed(url: str) -> list[tuple[bool, str]]:
+    """Stream 2 s of audio to ``url`` as a microphone would (100 ms at a time), then the end;
+    every result as (is_partial, transcript)."""
+    async with connect(url) as transcribe:
+        for _ in range(20):
+            await transcribe.send(audio_event(CHUNK))
+        await transcribe.send(end_of_stream())
+        events = [read_result(frame) async for frame in transcribe]
+    assert all(isinstance(event, TranscriptEvent) for event in events), events
+    return [
+        (result.is_partial, result.alternatives[0].transcript)
+        for event in events
+        for result in event.transcript.results
+    ]
+
+
+async def test_a_spoken_question_is_transcribed_then_answered(listening_stack):
+    async with connect(listening_stack.ws_url, max_size=None) as ws:
+        offer = await answer(ws, {"action": "listen"})
+        assert offer["type"] == "listen", offer
+        assert (offer["language_code"], offer["sample_rate"]) == ("en-US", RATE)
+        assert (offer["media_encoding"], offer["expires_in_s"]) == ("pcm", 300)
+        url = urlsplit(offer["url"])
+        assert (url.scheme, url.port) == ("ws", listening_stack.transcribe.port)
+        assert url.path == "/stream-transcription-websocket"
+        query = parse_qs(url.query)
+        assert query["X-Amz-Credential"][0].startswith(
+            listening_stack.listen_credentials.access_key_id + "/"
+        )
+        assert query["X-Amz-Credential"][0].endswith("/transcribe/aws4_request")
+        assert query["enable-partial-results-stabilization"] == ["true"]
+
+        results = await transcribed(offer["url"])
+        assert results[-1] == (False, "What time is it in Paris?")
+        assert all(partial for partial, _ in results[:-1]) and len(results) > 2
+
+        # The final transcript is the user's turn, through the same path as a typed ask.
+        await ws.send(json.dumps({"action": "ask", "prompt": results[-1][1]}))
+        frames = []
+        while not frames or frames[-1].get("type") != "turn_end":
+            frame = await asyncio.wait_for(ws.recv(), 60)
+            if isinstance(frame, str):
+                frames.append(json.loads(frame))
+        history = await answer(ws, {"action": "history"})
+    assert frames[0]["type"] == "turn_start" and frames[-1]["status"] == "complete"
+    assert history["messages"][0] == {
+        "role": "user",
+        "text": "What time is it in Paris?",
+        "interrupted": False,
+    }
+
+
+async def test_a_language_not_offered_is_refused_and_the_connection_stays(listening_stack):
+    async with connect(listening_stack.ws_url, max_size=None) as ws:
+        refused = await answer(ws, {"action": "listen", "language_code": "fr-FR"})
+        bad_rate = await answer(ws, {"action": "listen", "sample_rate": 96_000})
+        voices = await answer(ws, {"action": "voices"})
+    assert (refused["type"], refused["code"]) == ("error", "unsupported_language")
+    assert "en-US" in refused["message"]
+    assert (bad_rate["type"], bad_rate["code"]) == ("error", "invalid_field")
+    assert voices["type"] == "voices"
+
+
+async def test_a_url_changed_after_signing_is_refused_by_the_endpoint(listening_stack):
+    async with connect(listening_stack.ws_url, max_size=None) as ws:
+        offer = await answer(ws, {"action": "listen"})
+    # Another sample rate than the one signed: the signature no longer matches, as on AWS.
+    forged = offer["url"].replace("sample-rate=16000", "sample-rate=8000")
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(forged):
+            pass
+    assert refused.value.response.status_code == 403
