@@ -20,7 +20,7 @@ import json
 import sys
 import time
 import wave
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,11 @@ class TurnResult:
 # A client link's URL, or a function giving a fresh one per connection: a connect ticket opens
 # one connection, so a client that connects more than once against a ticketed API mints anew.
 ConnectionUrl = str | Callable[[], str]
+# Before a turn's message, on its connection: (the socket, emit(kind, data, at)) -> the
+# message's fields it decided (run_turn's ``prepare``); ``at``: a ``time.perf_counter()``
+# moment other than now.
+Emit = Callable[..., None]
+Prepare = Callable[[Any, Emit], Awaitable[dict[str, Any]]]
 
 INVALID_UTF8_CLOSE = 1007  # a text frame that is not UTF-8 (RFC 6455 7.4.1)
 TEXT_FRAMES_NOTICE = (
@@ -119,9 +124,15 @@ async def run_turn(
     on_event: Callable[[TimedEvent], None] | None = None,
     limit_seconds: float = 180,
     on_notice: Callable[[str], None] | None = None,
+    prepare: Prepare | None = None,
 ) -> TurnResult:
     """Open a connection (to ``url``, or to the one ``url()`` gives), send ``message``, collect
     its turn until ``turn_end`` (or an error that ends it before it started).
+
+    ``prepare``: what happens on the connection before the message, which it completes (a
+    spoken question: ``listen``, the recording streamed to Transcribe, the transcript as the
+    prompt: ``voicewire.speech_in.spoken_question``); its events go to ``on_event`` with the
+    turn's, on the same clock.
 
     If the connection fails with 1007 because binary audio arrived as a text frame, the turn is
     asked again on a new connection with ``?audio=base64`` (``on_notice``, else standard error,
@@ -139,7 +150,7 @@ async def run_turn(
     if _api(address) in _TEXT_FRAME_APIS:
         address = with_query(address, audio="base64")
     try:
-        await _follow_turn(address, message, result, sent, deadline, on_event)
+        await _follow_turn(address, message, result, sent, deadline, on_event, prepare)
     except ConnectionClosed as closed:
         asked_base64 = dict(parse_qsl(urlsplit(address).query)).get("audio") == "base64"
         if asked_base64 or not binary_arrived_as_text(closed):
@@ -151,7 +162,7 @@ async def run_turn(
         result = TurnResult(fell_back_to_base64=True)
         again = url() if callable(url) else url
         await _follow_turn(
-            with_query(again, audio="base64"), message, result, sent, deadline, on_event
+            with_query(again, audio="base64"), message, result, sent, deadline, on_event, prepare
         )
     return result
 
@@ -168,10 +179,21 @@ async def _follow_turn(
     sent: float,
     deadline: float,
     on_event: Callable[[TimedEvent], None] | None,
+    prepare: Prepare | None = None,
 ) -> None:
     """One connection: send ``message`` and collect its turn into ``result``. Cancelled
     mid-turn (Ctrl-C), it cancels the turn, saying how much audio arrived (``heard_ms``)."""
     async with connect(address, max_size=None, open_timeout=30) as websocket:
+        if prepare is not None:
+
+            def emit(kind: str, data: dict[str, Any], at: float | None = None) -> None:
+                moment = time.perf_counter() if at is None else at
+                event = TimedEvent(round((moment - sent) * 1000, 1), kind, data)
+                result.events.append(event)
+                if on_event is not None:
+                    on_event(event)
+
+            message = {**message, **await prepare(websocket, emit)}
         await websocket.send(json.dumps(message))
         try:
             await _collect(websocket, result, sent, deadline, on_event)

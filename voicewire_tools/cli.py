@@ -104,6 +104,19 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
     )
     ask.add_argument("prompt", nargs="?", help="the question for the agent")
     ask.add_argument("--url", default="ws://127.0.0.1:8000/ws")
+    ask.add_argument(
+        "--audio",
+        metavar="FILE",
+        help="ask the question spoken in FILE (WAV, FLAC, MP3...): listen, the recording "
+        "streamed to Transcribe (the local stack's endpoint, or AWS's), the transcript asked",
+    )
+    ask.add_argument(
+        "--pace",
+        type=float,
+        default=1.0,
+        help="with --audio: stream at this many times real time (1: as spoken, the default; 0: "
+        "as fast as it goes)",
+    )
     ask.add_argument("--mode", choices=["bidi", "batch"], default="bidi")
     ask.add_argument("--speak", metavar="TEXT", help="speak TEXT instead of asking")
     ask.add_argument(

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -26,6 +29,7 @@ from voicewire.speech_in.transcribe_events import (
 )
 from voicewire_tools.local_stack.stack import LocalStack, StackOptions
 
+ROOT = Path(__file__).resolve().parents[2]
 RATE = 16_000
 CHUNK = b"\x00\x01" * (RATE // 10)  # 100 ms of 16-bit mono samples
 
@@ -127,3 +131,56 @@ async def test_a_url_changed_after_signing_is_refused_by_the_endpoint(listening_
         async with connect(forged):
             pass
     assert refused.value.response.status_code == 403
+
+
+def write_tone(path, seconds: float = 2.0, rate: int = 22_050) -> None:
+    """A WAV at another rate than Transcribe's usual 16 kHz (``ask --audio`` resamples it); its
+    content does not matter to the recognizer double."""
+    import wave
+
+    import numpy as np
+
+    t = np.arange(int(seconds * rate)) / rate
+    samples = (np.sin(2 * np.pi * 220 * t) * 8000).astype("<i2")
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(samples.tobytes())
+
+
+def ask_audio(stack, *arguments: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "voicewire_tools.cli", "ask", "--url", stack.ws_url, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+
+
+def test_ask_audio_streams_a_recording_and_prints_the_timeline(listening_stack, tmp_path):
+    recording = tmp_path / "question.wav"
+    write_tone(recording)
+    result = ask_audio(
+        listening_stack, "--audio", str(recording), "--pace", "0", "--out", str(tmp_path / "a.wav")
+    )
+    assert result.returncode == 0, result.stderr + result.stdout
+    lines = result.stdout.splitlines()
+    kinds = [line.split()[2] for line in lines if " ms  " in line]
+    assert kinds[0] == "listen" and "heard" in kinds and "end_of_speech" in kinds
+    assert kinds.index("end_of_speech") < kinds.index("turn_start") < kinds.index("turn_end")
+    assert any("final: 'What time is it in Paris?'" in line for line in lines)
+    assert "X-Amz-Signature" not in result.stdout  # the URL is a credential: never printed
+    assert any(line.startswith("voice to voice: ") for line in lines)
+    assert (tmp_path / "a.wav").stat().st_size > 44
+
+
+def test_ask_audio_says_what_is_wrong_with_a_file_that_is_not_audio(listening_stack, tmp_path):
+    bogus = tmp_path / "question.wav"
+    bogus.write_text("not audio at all")
+    result = ask_audio(listening_stack, "--audio", str(bogus))
+    assert result.returncode != 0
+    assert "cannot be read as audio" in result.stderr
+    both = ask_audio(listening_stack, "What time is it?", "--audio", str(bogus))
+    assert both.returncode != 0 and "no PROMPT" in both.stderr

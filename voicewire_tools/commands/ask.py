@@ -10,6 +10,9 @@ from typing import Any
 
 from websockets.exceptions import InvalidStatus
 
+from voicewire.speech_in.recording import DEFAULT_RATE, RecordingError, read_speech
+from voicewire.speech_in.spoken_question import ListenRefused, NothingHeard, SpokenQuestion
+from voicewire.speech_in.transcribe_events import TranscribeException
 from voicewire.turn_client import TimedEvent, heard_ms_of, list_voices, run_turn
 
 
@@ -47,6 +50,13 @@ def timeline_line(event: TimedEvent) -> str:
             )
         case "error":
             what = f"{data.get('code')}: {data.get('message')}"
+        # a spoken question (voicewire ask --audio)
+        case "listen":
+            what = f"Transcribe URL for {data.get('language_code')} at {data.get('sample_rate')} Hz"
+        case "heard":
+            what = f"{'final' if data['final'] else 'partial'}: {data['text']!r}"
+        case "end_of_speech":
+            what = f"the speaker stopped ({data['audio_s']:.2f} s into the recording)"
         # the seed's server-sent events (voicewire ask --sse)
         case "agent_start":
             what = f"{data.get('mode', '')}, id {data.get('turn_id', '?')}"
@@ -69,6 +79,7 @@ def timeline_line(event: TimedEvent) -> str:
 
 
 def message_for(args: argparse.Namespace) -> dict[str, Any]:
+    """The turn's message (with --audio, its prompt is the transcript, filled in later)."""
     options: dict[str, Any] = {}
     if args.voice:
         options["voice"] = args.voice
@@ -100,8 +111,9 @@ def run(args: argparse.Namespace) -> None:
         except (OSError, TimeoutError) as error:
             sys.exit(f"voicewire ask: cannot reach {args.url}: {error}")
         return
-    if args.prompt is None and args.speak is None:
-        sys.exit("voicewire ask: give a PROMPT, --speak TEXT or --voices")
+    spoken = _spoken_question(args) if args.audio is not None else None
+    if args.prompt is None and args.speak is None and spoken is None:
+        sys.exit("voicewire ask: give a PROMPT, --audio FILE, --speak TEXT or --voices")
     if args.sse:
         _ask_over_sse(args)
         return
@@ -118,7 +130,9 @@ def run(args: argparse.Namespace) -> None:
         print(f"note: {line}", flush=True)
 
     try:
-        result = asyncio.run(run_turn(url, message_for(args), show, on_notice=notice))
+        result = asyncio.run(
+            run_turn(url, message_for(args), show, on_notice=notice, prepare=spoken)
+        )
     except KeyboardInterrupt:
         # run_turn cancelled the turn, with heard_ms: the audio received, since this command
         # does not play it. The agent remembers no more of the answer than that.
@@ -126,6 +140,8 @@ def run(args: argparse.Namespace) -> None:
         sys.exit(f"voicewire ask: interrupted; the turn was cancelled with heard_ms={heard:g}")
     except (OSError, TimeoutError) as error:
         sys.exit(f"voicewire ask: cannot reach {args.url}: {error}")
+    except (ListenRefused, NothingHeard, TranscribeException) as error:
+        sys.exit(f"voicewire ask: {error}")
     except Exception as error:  # e.g. a refused handshake (bad token): one line, not a traceback
         if notices and isinstance(error, InvalidStatus):
             # The second connection of a ticketed API: its ticket opened the first one.
@@ -135,11 +151,28 @@ def run(args: argparse.Namespace) -> None:
                 "--url ending in ?audio=base64"
             )
         sys.exit(f"voicewire ask: {type(error).__name__}: {error}")
+    stopped, first_audio = result.first("end_of_speech"), result.first("audio")
+    if stopped is not None and first_audio is not None:
+        print(f"voice to voice: {first_audio - stopped:.0f} ms (end of speech -> first audio)")
     if result.audio:
         out = Path(args.out)
         result.write_wav(out)
         print(f"audio: {len(result.audio) / 48_000:.2f} s written to {out}")
     sys.exit(0 if result.status == "complete" else 1)
+
+
+def _spoken_question(args: argparse.Namespace) -> SpokenQuestion:
+    if args.prompt is not None or args.speak is not None or args.sse:
+        sys.exit(
+            "voicewire ask: --audio asks the question in the recording; no PROMPT, --speak or --sse"
+        )
+    if args.pace < 0:
+        sys.exit("voicewire ask: --pace must be 0 (as fast as it goes) or more")
+    try:
+        pcm = read_speech(Path(args.audio))
+    except RecordingError as error:
+        sys.exit(f"voicewire ask: {error}")
+    return SpokenQuestion(pcm, DEFAULT_RATE, pace=args.pace)
 
 
 def seed_payload(args: argparse.Namespace) -> dict[str, Any]:
