@@ -41,6 +41,9 @@ class SpokenQuestion:
     pace: float = 1.0  # 1: as spoken; 0: as fast as it goes
     language_code: str = "en-US"
     limit_seconds: float = 30
+    # None: the question is the whole recording; a number: the turn ends as a live client ends
+    # it (a final result, then this long without a new one: ``transcribe_client``).
+    end_of_turn_ms: float | None = None
 
     async def __call__(self, websocket: Any, emit: Callable[..., None]) -> dict[str, Any]:
         offer = await self._offer(websocket)
@@ -54,8 +57,15 @@ class SpokenQuestion:
             emit("heard", {"text": result.text, "final": result.final, "end_s": result.end_s})
 
         transcription = await transcribe(
-            offer["url"], self.pcm, self.sample_rate, pace=self.pace, on_result=heard
+            offer["url"],
+            self.pcm,
+            self.sample_rate,
+            pace=self.pace,
+            on_result=heard,
+            end_of_turn_ms=self.end_of_turn_ms,
         )
+        if transcription.decided_ms is not None:
+            emit("end_of_turn", {"after_ms": self.end_of_turn_ms})
         if not transcription.text:
             raise NothingHeard(
                 f"nothing was recognized in {transcription.audio_s:.1f} s of audio; no turn "

@@ -6,6 +6,11 @@ The recording goes out in ``AudioEvent`` messages of ``chunk_ms`` (100 ms: insid
 then the empty ``AudioEvent``; results are read while it is sent, until Transcribe closes the
 stream. A ``TranscribeException`` (a bad URL, audio refused, a recognizer that failed) is raised
 as it came.
+
+``end_of_turn_ms``: decide the end of the turn as a live client does (the page's
+``web/listening.js`` with the same rule), not at the end of the file: once a final result with
+words is followed by this long without a new result, the speaker is taken to be done; the rest
+of the recording is not sent and the stream is ended. ``Transcription.decided_ms`` says when.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class Transcription:
     results: list[HeardText] = field(default_factory=list)
     audio_s: float = 0.0
     sent_ms: float = 0.0  # when the last audio left (ms after the first)
+    decided_ms: float | None = None  # when end_of_turn_ms decided the turn was over
 
     @property
     def finals(self) -> list[HeardText]:
@@ -64,6 +70,7 @@ async def transcribe(
     chunk_ms: int = 100,
     on_result: Callable[[HeardText], None] | None = None,
     limit_seconds: float = 60,
+    end_of_turn_ms: float | None = None,
 ) -> Transcription:
     """Stream ``pcm`` (16-bit little-endian mono at ``sample_rate``) to the presigned ``url``;
     every result Transcribe sent. Raises ``TranscribeException``."""
@@ -86,9 +93,23 @@ async def transcribe(
             await stream.send(end_of_stream())
 
         sending = asyncio.create_task(send_audio())
+        frames = aiter(stream)
         try:
             async with asyncio.timeout(limit_seconds + transcription.audio_s / max(pace, 1e-3)):
-                async for frame in stream:
+                while True:
+                    last = transcription.results[-1] if transcription.results else None
+                    waiting = (
+                        end_of_turn_ms / 1000
+                        if end_of_turn_ms is not None and last and last.final and last.text
+                        else None
+                    )
+                    try:
+                        frame = await asyncio.wait_for(anext(frames), waiting)
+                    except StopAsyncIteration:
+                        break
+                    except TimeoutError:  # a final result, then quiet: the turn is over
+                        transcription.decided_ms = elapsed_ms()
+                        break
                     if not isinstance(frame, bytes):
                         continue
                     message = read_result(frame)

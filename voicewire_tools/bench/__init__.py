@@ -24,4 +24,5 @@ BENCHMARKS = {
     "tools": "voicewire_tools.bench.tools",
     "words": "voicewire_tools.bench.words",
     "llm": "voicewire_tools.bench.local_llm",
+    "recognizer": "voicewire_tools.bench.speech_in",
 }
