@@ -25,4 +25,5 @@ BENCHMARKS = {
     "words": "voicewire_tools.bench.words",
     "llm": "voicewire_tools.bench.local_llm",
     "recognizer": "voicewire_tools.bench.speech_in",
+    "voice": "voicewire_tools.bench.voice",
 }
