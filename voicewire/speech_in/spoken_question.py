@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from voicewire.speech_in.end_of_turn import EndOfTurn
 from voicewire.speech_in.transcribe_client import HeardText, transcribe
 
 
@@ -41,9 +42,9 @@ class SpokenQuestion:
     pace: float = 1.0  # 1: as spoken; 0: as fast as it goes
     language_code: str = "en-US"
     limit_seconds: float = 30
-    # None: the question is the whole recording; a number: the turn ends as a live client ends
-    # it (a final result, then this long without a new one: ``transcribe_client``).
-    end_of_turn_ms: float | None = None
+    # None: the question is the whole recording; a rule: the turn ends as a live client ends it
+    # (a final result, then the rule's wait without a new one: ``end_of_turn``).
+    end_of_turn: EndOfTurn | None = None
 
     async def __call__(self, websocket: Any, emit: Callable[..., None]) -> dict[str, Any]:
         offer = await self._offer(websocket)
@@ -62,10 +63,11 @@ class SpokenQuestion:
             self.sample_rate,
             pace=self.pace,
             on_result=heard,
-            end_of_turn_ms=self.end_of_turn_ms,
+            end_of_turn=self.end_of_turn,
         )
-        if transcription.decided_ms is not None:
-            emit("end_of_turn", {"after_ms": self.end_of_turn_ms})
+        if transcription.decided_ms is not None and self.end_of_turn is not None:
+            waited = self.end_of_turn.wait_ms(transcription.finals[-1].text)
+            emit("end_of_turn", {"after_ms": waited})
         if not transcription.text:
             raise NothingHeard(
                 f"nothing was recognized in {transcription.audio_s:.1f} s of audio; no turn "

@@ -7,10 +7,11 @@ then the empty ``AudioEvent``; results are read while it is sent, until Transcri
 stream. A ``TranscribeException`` (a bad URL, audio refused, a recognizer that failed) is raised
 as it came.
 
-``end_of_turn_ms``: decide the end of the turn as a live client does (the page's
-``web/listening.js`` with the same rule), not at the end of the file: once a final result with
-words is followed by this long without a new result, the speaker is taken to be done; the rest
-of the recording is not sent and the stream is ended. ``Transcription.decided_ms`` says when.
+``end_of_turn``: decide the end of the turn as a live client does (``end_of_turn.EndOfTurn``, the
+rule the page's ``web/listening.js`` applies), not at the end of the file: once a final result
+with words is followed by the rule's wait without a new result, the speaker is taken to be done;
+the rest of the recording is not sent and the stream is ended. ``Transcription.decided_ms`` says
+when.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 
 from websockets.asyncio.client import connect
 
+from voicewire.speech_in.end_of_turn import EndOfTurn
 from voicewire.speech_in.transcribe_events import (
     TranscribeException,
     TranscriptEvent,
@@ -70,7 +72,7 @@ async def transcribe(
     chunk_ms: int = 100,
     on_result: Callable[[HeardText], None] | None = None,
     limit_seconds: float = 60,
-    end_of_turn_ms: float | None = None,
+    end_of_turn: EndOfTurn | None = None,
 ) -> Transcription:
     """Stream ``pcm`` (16-bit little-endian mono at ``sample_rate``) to the presigned ``url``;
     every result Transcribe sent. Raises ``TranscribeException``."""
@@ -99,8 +101,8 @@ async def transcribe(
                 while True:
                     last = transcription.results[-1] if transcription.results else None
                     waiting = (
-                        end_of_turn_ms / 1000
-                        if end_of_turn_ms is not None and last and last.final and last.text
+                        end_of_turn.wait_ms(last.text) / 1000
+                        if end_of_turn is not None and last and last.final and last.text
                         else None
                     )
                     try:

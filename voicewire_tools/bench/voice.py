@@ -8,8 +8,9 @@ The questions of ``voicewire bench recognizer`` (twenty, each spoken by Kokoro-8
 agent never answers with) are asked one at a time on the local stack (``voicewire up``'s
 topology, with its Transcribe endpoint and offline recognizer), each as ``voicewire ask --audio``
 asks one: ``listen``, the recording streamed to the Transcribe URL at real time, the turn's end
-decided as a live client decides it (a final result, then ``--end-of-turn-ms`` without a new
-one: ``voicewire.speech_in.transcribe_client``), the transcript asked on the same connection.
+decided as a live client decides it (a final result, then a wait without a new one that depends
+on whether it reads as finished: ``voicewire.speech_in.end_of_turn``), the transcript asked on
+the same connection.
 For each, measured at the client on one clock:
 
 - **voice to voice**: from the moment the speaker stopped (the end of the last final result's
@@ -38,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from voicewire.speech_in.end_of_turn import EndOfTurn
 from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import write_json
 from voicewire_tools.bench.speech_in import (
@@ -60,8 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--end-of-turn-ms",
         type=float,
-        default=700.0,
-        help="the client's wait after a final result before it asks (the page's default)",
+        nargs=2,
+        metavar=("COMPLETE", "INCOMPLETE"),
+        default=(EndOfTurn.complete_ms, EndOfTurn.incomplete_ms),
+        help="the client's wait after a final result that reads as a finished sentence, and "
+        "after one that does not (voicewire/speech_in/end_of_turn.py; the page's defaults)",
     )
     parser.add_argument(
         "--pace", type=float, default=1.0, help="stream at this many times real time"
@@ -116,11 +121,11 @@ def turn_figures(result: Any) -> dict[str, Any]:
     }
 
 
-async def ask_aloud(url: str, pcm: bytes, end_of_turn_ms: float, pace: float) -> Any:
+async def ask_aloud(url: str, pcm: bytes, end_of_turn: EndOfTurn, pace: float) -> Any:
     from voicewire.speech_in.spoken_question import SpokenQuestion
     from voicewire.turn_client import run_turn
 
-    question = SpokenQuestion(pcm, RATE, pace=pace, end_of_turn_ms=end_of_turn_ms)
+    question = SpokenQuestion(pcm, RATE, pace=pace, end_of_turn=end_of_turn)
     return await run_turn(url, {"action": "ask", "mode": "bidi"}, prepare=question)
 
 
@@ -163,6 +168,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as child:
         spoken = child.submit(speak_with_kokoro, questions).result()
+    end_of_turn = EndOfTurn(*args.end_of_turn_ms)
     args.listen = True  # the stack's Transcribe endpoint, with the offline recognizer
     results = []
     with target(None, args) as (url, stack):
@@ -171,7 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stack.transcribe.endpoint.recognizer.wait(120)  # loaded before the first question
         for question in spoken:
             result = asyncio.run(
-                ask_aloud(url, question_pcm(question.audio), args.end_of_turn_ms, args.pace)
+                ask_aloud(url, question_pcm(question.audio), end_of_turn, args.pace)
             )
             figures = turn_figures(result)
             print(
@@ -192,7 +198,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine,
         "llm": llm,
         "questions": len(spoken),
-        "end_of_turn_ms": args.end_of_turn_ms,
+        "end_of_turn_ms": list(args.end_of_turn_ms),
         "pace": args.pace,
         "parts": {
             part: summary([f[part] for f in figures])
