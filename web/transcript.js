@@ -15,6 +15,9 @@
 // Where the server sends word timings (words frames), each timed word is marked too, found in
 // the shown text by its letters as sentences are; word_follower.js says which one is heard, and
 // followWords() marks it, and at a cut (Stop, a barge-in) the words the listener never heard.
+//
+// Above the answer, the person's own line when they speak (renderUserLine): the live partial
+// transcript while they talk, then what they said, once it is asked.
 
 const SENTENCE_END = /[.!?…。！？]$/u;
 const CLAUSE_END = /[,;:\-–—、]$/u;
@@ -320,4 +323,26 @@ export function highlight(element, turnText, t) {
     span.classList.toggle("heard", started);
     span.classList.toggle("speaking", started && t < sentence.end);
   }
+}
+
+/** The person's line above the answer (speech in): while they speak, what the recogniser
+ * hears so far (partial: its last words may still change); once their turn is asked, what they
+ * said. line: {text, final}, or null for none. */
+export function renderUserLine(element, line) {
+  const text = line ? line.text : "";
+  const state = !text ? "none" : line.final ? "final" : "partial";
+  if (element.dataset.line === state && (element.lastChild?.textContent ?? "") === text) return;
+  element.dataset.line = state;
+  element.hidden = !text;
+  if (!text) {
+    element.replaceChildren();
+    return;
+  }
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = line.final ? "you said" : "hearing";
+  const said = document.createElement("span");
+  said.className = "said";
+  said.textContent = text;
+  element.replaceChildren(who, said);
 }
