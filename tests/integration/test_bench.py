@@ -387,7 +387,10 @@ async def test_posts_bench_counts_a_turns_posts_by_kind(stack):
 
     live, sentence = await posts.measure_all(stack, "0", 1)
     assert (live["text_deltas"], sentence["text_deltas"]) == ("live", "sentence")
-    assert live["audio"] > 10 and live["audio"] == sentence["audio"]
+    # The same audio either way, give or take a frame or two: on a busy machine the chunker
+    # may cut the replayed text a little differently between the two turns (it cuts as text
+    # arrives), and the frames with it.
+    assert live["audio"] > 10 and abs(live["audio"] - sentence["audio"]) <= 0.05 * live["audio"]
     # The same answer, cut the same way, whichever way its text is sent.
     assert live["sentence"] == sentence["sentence"] >= 2
     # Per sentence: one text post at each cut (and one for the text after the last); live ones,

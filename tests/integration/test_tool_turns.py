@@ -67,7 +67,8 @@ async def test_a_slow_tool_with_no_preamble_gets_a_filler_once(aws, speech_serve
             "bidi",
             "Time?",
             llm=client_for(standin),
-            tools=sample_tools(latency_seconds=1.5),
+            # Long enough that the filler's audio arrives while the tool runs, busy or not.
+            tools=sample_tools(latency_seconds=3.0),
             tool_filler_seconds=0.4,
         )
     frames = connection.frames()
