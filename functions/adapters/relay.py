@@ -101,6 +101,10 @@ class Relay:
             await send()
 
         self._ordered_tail = tail = asyncio.ensure_future(after_previous())
+        # A caller cancelled while its frame was on the lane (the turn stopping, the process
+        # shutting down) no longer awaits it: its failure (the client gone) is then nobody's to
+        # see, and must not surface as "Task exception was never retrieved".
+        tail.add_done_callback(_seen)
         await asyncio.shield(tail)
 
     async def _send_audio_frame(self, payload: bytes) -> None:
@@ -157,3 +161,9 @@ class Relay:
         await self.sink.send(frame)
         self.frames += 1
         self.bytes_sent += size
+
+
+def _seen(task: asyncio.Future[None]) -> None:
+    """Mark a lane send's failure as retrieved (its caller, if still waiting, gets it too)."""
+    if not task.cancelled():
+        task.exception()

@@ -299,14 +299,15 @@ def test_a_record_measured_on_a_busier_machine_is_measured_again_at_the_engines_
     fresh_cache, caplog
 ):
     """Issue 43: a record measured while the machine was busy was trusted for good. Here a
-    record ten times too slow for any 2-core CPU (20 ms a frame): the engine's warm-up decodes
+    record thirty times too slow for any 2-core CPU (60 ms a frame): the engine's warm-up decodes
     faster than it predicts, so the engine measures again, for real, replaces the record, and
-    plans its windows and its chunks by the new one. Ten times, not the issue's two: on a
-    machine this busy now, the warm-up is slower too."""
+    plans its windows and its chunks by the new one. Thirty times, not the issue's two: on a
+    machine this busy now, the warm-up is slower too (ten times was not enough with two test
+    workers, a CPU hog and a browser benchmark beside it)."""
     model, voices = fresh_cache / bundled_model_path().name, next(fresh_cache.glob("voices*"))
     # One candidate ("given"); the recheck on, whatever the test run's environment says.
     settings = EngineSettings(model_path=model, voices_path=voices, recheck_tuning=True)
-    wrong = off_by(model, 10.0)
+    wrong = off_by(model, 30.0)
     tuned({"given": model}, voices, measure=lambda *_: {"given": wrong})
     with caplog.at_level(logging.INFO):
         engine = KokoroOnnxEngine.from_settings(settings)
@@ -319,7 +320,9 @@ def test_a_record_measured_on_a_busier_machine_is_measured_again_at_the_engines_
     assert record.remeasured_because and "busier machine" in record.remeasured_because
     measured = record.speed("given")
     assert measured.rounds >= engine_tuning.MIN_ROUNDS and measured.vocoder_ms_per_call > 0
-    # Measured for real, on a machine maybe busy now too: well under the wrong record's figure.
+    # Measured for real, on a machine maybe busy now too (5.4 times slower than quiet, seen with
+    # two test workers, a CPU hog and a browser benchmark beside it): well under the wrong
+    # record's figure.
     assert measured.vocoder_ms_per_frame < wrong.vocoder_ms_per_frame / 2
     assert engine.tuning == record and engine.measured == measured
     assert engine.vocoder.speed == vocoder_speed(measured)  # the plan follows the new record
@@ -329,13 +332,13 @@ def test_a_record_measured_on_a_busier_machine_is_measured_again_at_the_engines_
 def test_a_measurement_again_that_chooses_the_other_graph_loads_it(
     engine_tuning_in, monkeypatch, caplog
 ):
-    """The record chose the rewrite, its figures ten times too slow; measured again (given
+    """The record chose the rewrite, its figures thirty times too slow; measured again (given
     here), the original wins: the engine loads the original with its new figures. With
     ``--graph fast`` it keeps the rewrite, with the rewrite's new figures."""
     original = bundled_model_path()
     candidates = {"original": original, "fast": fast_model_path(original)}
     voices, _ = english_or_bundled_voices()
-    wrong = {"original": off_by(original, 12.0), "fast": off_by(candidates["fast"], 10.0)}
+    wrong = {"original": off_by(original, 36.0), "fast": off_by(candidates["fast"], 30.0)}
     again = {"original": off_by(original, 1.0), "fast": off_by(candidates["fast"], 1.2)}
     measures = []
 
