@@ -581,7 +581,10 @@ async def test_the_page_follows_the_voice_word_by_word_and_keeps_what_was_heard(
         await page.click("#ask")
         await page.wait_for_selector("#transcript .word.speaking", timeout=TURN)
         await page.evaluate(SAMPLES)
-        await asyncio.sleep(2.5)
+        # 2.5 s of the answer heard (the audio clock, not the wall's: on a loaded machine the
+        # voice may pause for its next chunk, and the marked word with it).
+        heard = await page.evaluate("window.voicewireStats.heardMs")
+        await until(page, f"window.voicewireStats.heardMs >= {heard + 2500}", within_ms=TURN)
         samples = await page.evaluate(SAMPLES)
         words = await page.evaluate("window.voicewireStats.words")
         assert len({s["marked"] for s in samples if s["marked"] >= 0}) >= 4
