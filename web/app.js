@@ -7,14 +7,14 @@
 // WebSocket, which `listen` hands out), listening.js (when a turn ends, and barge-in).
 
 import { Link } from "./connection.js";
-import { Player } from "./player.js";
+import { Player, SAMPLE_RATE } from "./player.js";
 import { TurnText, followWords, highlight, renderText, renderUserLine } from "./transcript.js";
 import { WordFollower } from "./word_follower.js";
 import { Memory } from "./memory.js";
 import { drawTimeline } from "./timeline.js";
 import { Microphone, meterValue, microphoneTrouble } from "./microphone.js";
 import { TranscribeStream } from "./transcribe_stream.js";
-import { TurnTaking } from "./listening.js";
+import { EchoGate, TurnTaking, stepLevels } from "./listening.js";
 
 const $ = (id) => document.getElementById(id);
 const STORAGE_KEY = "voicewire.url";
@@ -194,6 +194,14 @@ const speech = {
   timer: 0,
   stats: { listens: 0, streams: 0, chunks: 0, bargeIns: 0, turns: 0, maxRunMs: 0, events: [] },
 };
+// The last barge-in on the page's clock (performance.now() ms), for `voicewire bench bargein`:
+// voiceAt, the utterance's first microphone chunk the worklet marked as voice (the person's
+// first sound as the page hears it; null for push-to-talk), and stoppedAt, when the player was
+// silenced for it.
+speech.stats.bargeIn = null;
+// The agent's own voice coming back through the microphone: the player's audio (handleAudio)
+// against the microphone's (heardChunk), 10 ms levels on the page's clock (listening.js).
+const echoGate = new EchoGate();
 const turnTaking = new TurnTaking({
   agent: {
     speaking: () => Boolean(current && !current.stopped && player.playing > 0),
@@ -246,6 +254,12 @@ Object.defineProperty(window, "voicewireStats", {
     get playing() {
       return player.playing;
     },
+    // The turn shown: when its audio is heard, on the page's clock ([from, to] ms spans; a gap
+    // between two: its audio came late and ran out).
+    get playback() {
+      if (!shown) return [];
+      return shown.playback.map(([from, to]) => [from + shown.clickAt, to + shown.clickAt]);
+    },
     // The turn shown: ms of its audio heard (live while it plays, frozen at a cut), the index
     // of the word being heard (-1: none), and its word timings ({text, start, end}, in ms of
     // its audio, from the words frames).
@@ -278,6 +292,7 @@ Object.defineProperty(window, "voicewireListening", {
       const { events, ...counts } = speech.stats;
       return {
         ...counts,
+        bargeIn: counts.bargeIn && { ...counts.bargeIn },
         events: events.map((event) => ({ ...event })),
         audioEvents: speech.stream ? speech.stream.eventsSent : 0,
       };
@@ -372,6 +387,7 @@ function start(kind, spoken = null) {
     previous.stopped = true;
   }
   player.stop();
+  echoGate.silenced(performance.now());
   current = null;
   const turn = newTurn(kind, text);
   turn.spoken = spoken !== null;
@@ -394,6 +410,7 @@ function stop() {
   const turn = current || awaiting;
   const heard = turn ? cut(turn) : 0; // from the audio clock, before it goes silent
   player.stop(); // silent now, whatever the server does next
+  echoGate.silenced(performance.now());
   if (turn) {
     turn.stopped = true;
     // A turn the server has ended may still be playing here (bidi's audio comes faster than
@@ -560,6 +577,7 @@ async function startListening(mode) {
   player.ensureContext(); // in the gesture: the answer to what is said must be heard
   captureContext();
   turnTaking.start(mode); // push-to-talk over the agent's voice stops it at once
+  echoGate.restart();
   clearInterval(speech.timer);
   speech.timer = setInterval(() => turnTaking.tick(), TICK_MS);
   const mic = new Microphone({
@@ -611,11 +629,14 @@ function releasePush() {
   changed();
 }
 
-/** A 50 ms chunk of the microphone: to the turn-taking, the meter and Transcribe. */
+/** A 50 ms chunk of the microphone: to the turn-taking (its voice less the agent's echo), the
+ * meter and Transcribe. */
 function heardChunk(chunk) {
   speech.stats.chunks += 1;
+  const levels = stepLevels(new DataView(chunk.pcm), speech.rate);
+  const echoMs = echoGate.heard(performance.now(), levels);
   $("mic-level").value = meterValue(chunk.level);
-  turnTaking.audio(chunk);
+  turnTaking.audio({ ...chunk, echoMs });
   speech.stats.maxRunMs = Math.max(speech.stats.maxRunMs, turnTaking.utterance.runMs);
   if (!speech.mode) return;
   if (speech.stream) {
@@ -717,6 +738,11 @@ function heardEvent(event) {
     case "barge-in":
       speech.stats.bargeIns += 1;
       if (current && player.playing > 0) stop(); // silent now; cancel says what was heard
+      speech.stats.bargeIn = {
+        reason: event.reason,
+        voiceAt: turnTaking.utterance.voiceAt,
+        stoppedAt: performance.now(),
+      };
       return undefined;
     case "turn":
       speech.stats.turns += 1;
@@ -867,6 +893,7 @@ function handleAudio(frame) {
   const arrived = since(turn);
   const scheduled = player.schedule(frame.pcm);
   if (!scheduled) return;
+  echoGate.played(player.heardAt(scheduled.start), stepLevels(frame.pcm, SAMPLE_RATE));
   turn.frames.push(arrived);
   mark(turn, "frame");
   if (scheduled.stalled) turn.stalls += 1;

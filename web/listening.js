@@ -9,33 +9,55 @@
 // With push-to-talk, release() adds ending (the last results are awaited) and then idle.
 //
 // The end of a turn (hands-free): a final result (IsPartial false) with words, then nothing new
-// (no voice, no result) for endOfTurnMs. The final texts of the utterance, joined, are the
-// prompt. Voice with no words for noWordsMs is "didn't catch that"; words with (almost) no voice
-// under them are not a turn (a recogniser's guess at silence or noise: Whisper is known to
-// "hear" a "Thank you." in silence). An utterance longer than maxUtteranceMs is cut there: what
-// was said so far is asked, and the page says so.
+// (no voice, no result) for a wait that depends on what that final result says, the rule of
+// voicewire/speech_in/end_of_turn.py (the Python client's: the same rule, the same words, the
+// same defaults; a test holds the two together): endOfTurnCompleteMs (250 ms) when its text
+// closes a sentence (. ? or !, a closing quote or bracket may follow) and its last word is not
+// one that announces more (CONTINUING_WORDS: "and", "the", "to"...), else endOfTurnIncompleteMs
+// (1.5 s: a breath mid-sentence). Voice or a new result restarts the wait. The final texts of
+// the utterance, joined, are the prompt. Voice with no words for noWordsMs is "didn't catch
+// that"; words with (almost) no voice under them are not a turn (a recogniser's guess at silence
+// or noise: Whisper is known to "hear" a "Thank you." in silence). An utterance longer than
+// maxUtteranceMs is cut there: what was said so far is asked, and the page says so.
 //
 // Barge-in, while the agent's voice plays: the agent is stopped at once (app.js's Stop path,
 // which sends cancel with heard_ms) only when the person's speech passes a guard, else a cough,
 // an "mm-hm" or the agent's own voice coming back through the microphone would cut it off:
-//   bargeInOn "speech": bargeInMinSpeechMs of voice in one run (pauses shorter than runGapMs
-//     do not break a run); fast, before any word is recognised;
-//   bargeInOn "first-word": the first word recognised (a partial's, stable or not).
-// Echo guard: words recognised while the agent speaks that are among the agent's own words
-// played around that moment (echoBackMs before the word being heard, echoAheadMs after; the
-// words frames say which) are its echo: they never pass the guard, and an utterance made of
-// them only is never asked. An utterance that overlapped the agent's voice and did not pass the
-// guard is dropped whole, its words too: a backchannel is not a question. (In "speech" mode an
-// echo loud enough to get past the browser's echo canceller can pass on voice alone before any
-// word is recognised: "first-word" is the safer mode on loudspeakers, at the cost of waiting
-// for the recogniser.)
+//   bargeInOn "speech" (the default): bargeInMinSpeechMs of the person's voice in one run
+//     (pauses shorter than runGapMs do not break a run); fast, before any word is recognised;
+//   bargeInOn "first-word": a first word recognised (a partial's, stable or not) that is
+//     neither the agent's echo nor a backchannel (isBackchannel: "yeah", a hum "mm-hmm"...), with
+//     minSpeechMs of the person's voice under the utterance.
+// The person's voice is the worklet's voice less the agent's echo: app.js gives each chunk's
+// echoMs from an EchoGate (below), which compares the microphone's level, 10 ms at a time, with
+// the agent's audio as it was played (the page knows what it plays): sound no louder than the
+// loudest echo that fits what the microphone heard while the agent spoke is echo, not voice.
+// Echo guard on words: words recognised while the agent speaks that are among the agent's own
+// words played around that moment (echoBackMs before the word being heard, echoAheadMs after;
+// the words frames say which) are its echo: they never pass the guard, and an utterance made of
+// them only is never asked (a recogniser mishears an echo too: "a good thing" for "a good
+// question", hence the level gate). An utterance that overlapped the agent's voice and did not
+// pass the guard is dropped whole, its words too: a backchannel is not a question.
+// Measured with `voicewire bench bargein` on the page in Chromium (docs/results.md, "Barge-in by
+// voice"; 2 loaded cores): "speech" stops the agent 250 ms (p50 and p95) after the first chunk
+// marked as the person's voice, never on the agent's own echo (0 cuts in 20 turns, the echo
+// about as loud as the agent: the browser's echo canceller left all of it) nor on a cough; a
+// spoken "Mm-hm." (0.85 s of voice) does cut it: no rule that stops within 300 ms of voice can
+// tell it from "Wait". "first-word" lets most "Mm-hm"s by (not all: Whisper tiny.en spells a
+// hum "MMA shell" at times) and never cuts on echo either, but waits for the recogniser: 0.5 s
+// p50, seconds at p95 on a loaded machine. "speech" is the default: it meets the latency and
+// echo targets, and its miss (an "mm-hm" stops the agent, and is asked) costs less than
+// first-word's (every barge-in half a second to seconds late). Over a loud echo both wait for
+// the echo gate to rule the echo out (1.5-3 s): a loud loudspeaker wants a louder voice.
 //
-// Every threshold is in LISTENING, the one place to change them (or pass options to TurnTaking).
+// Every threshold is in LISTENING, the one place to change them (or pass options to TurnTaking);
+// the echo gate's are in ECHO (or pass options to EchoGate).
 // Push-to-talk (Space held) is a person taking the floor on purpose: it stops the agent at once,
 // with no guard, and its turn ends when the key is released.
 
 export const LISTENING = Object.freeze({
-  endOfTurnMs: 700,
+  endOfTurnCompleteMs: 250, // after a final result that reads as finished (soundsComplete)
+  endOfTurnIncompleteMs: 1500, // after one that does not
   maxUtteranceMs: 30_000,
   bargeInOn: "speech", // or "first-word"
   bargeInMinSpeechMs: 250,
@@ -48,6 +70,40 @@ export const LISTENING = Object.freeze({
 });
 
 const BARGE_IN_ON = ["speech", "first-word"];
+
+// Words after which a sentence goes on, even when the recogniser closed it with a full stop:
+// voicewire/speech_in/end_of_turn.py's CONTINUING_WORDS, word for word.
+export const CONTINUING_WORDS = Object.freeze([
+  ...["a", "an", "the", "and", "or", "but", "so", "because", "if", "then", "to", "of", "in"],
+  ...["on", "at", "for", "with", "from", "by", "as", "than", "that", "which", "who", "whose"],
+  ...["my", "your", "his", "her", "its", "our", "their", "this", "these", "those", "is", "are"],
+  ...["was", "were", "be", "um", "uh", "er", "like"],
+]);
+const CONTINUING = new Set(CONTINUING_WORDS);
+
+// A listener's signs that they follow, not that they want the floor: in "first-word" mode they
+// are no first word (wordKey's form: "Mm-hmm." is "mmhmm"). So is any word of letters with no
+// vowel: a hum as a recogniser spells it ("Mm", "Hmm", "M .H .M .H." from Whisper tiny.en).
+export const BACKCHANNEL_WORDS = Object.freeze([
+  ...["uhhuh", "uhhum", "ah", "aha", "oh", "uh", "um", "yeah", "yep", "yes", "ok", "okay"],
+  ...["right", "sure", "wow"],
+]);
+const BACKCHANNEL = new Set(BACKCHANNEL_WORDS);
+
+/** A backchannel word (wordKey's form): BACKCHANNEL_WORDS, or a hum (letters, no vowel). */
+export function isBackchannel(word) {
+  return BACKCHANNEL.has(word) || /^[b-df-hj-np-tv-xz]+$/.test(word);
+}
+const CLOSED = /[.?!]['")\]]*$/u; // end_of_turn.py's _CLOSED
+const WORD = /[\p{L}\p{N}_']+/gu; // its _WORD: Python's [\w']
+
+/** Whether a final result's text reads as a finished question or request (end_of_turn.py's
+ * sounds_complete): it closes a sentence, and its last word announces nothing more. */
+export function soundsComplete(text) {
+  const stripped = String(text ?? "").trim();
+  const words = stripped.toLowerCase().match(WORD) || [];
+  return words.length > 0 && CLOSED.test(stripped) && !CONTINUING.has(words.at(-1));
+}
 
 /** A word's letters and digits, lower-cased: how recognised words and the agent's are compared. */
 export function wordKey(text) {
@@ -65,13 +121,175 @@ export function resultWords(result) {
   return words.map(wordKey).filter(Boolean);
 }
 
+/** 10 ms levels (dBFS) of 16-bit little-endian PCM at `rate`: what EchoGate compares. */
+export function stepLevels(view, rate, stepMs = ECHO.stepMs) {
+  const step = Math.max(1, Math.round((rate * stepMs) / 1000));
+  const count = view.byteLength >> 1;
+  const levels = [];
+  for (let start = 0; start + step <= count; start += step) {
+    let sum = 0;
+    for (let i = start; i < start + step; i++) {
+      const x = view.getInt16(2 * i, true) / 32768;
+      sum += x * x;
+    }
+    levels.push(sum > 0 ? 10 * Math.log10(sum / step) : -100);
+  }
+  return levels;
+}
+
+export const ECHO = Object.freeze({
+  stepMs: 10,
+  maxLagMs: 500, // the echo's delay (output and input latency, the room), at most
+  historyMs: 4000, // what the microphone heard this far back bounds the echo
+  loudDb: -40, // the agent's steps louder than this tell how loud its echo is, at most
+  soundDb: -50, // quieter microphone steps are silence (the worklet's voice floor)
+  minSteps: 20, // loud steps at a lag before they bound the echo; until then, priorDb
+  priorDb: 0, // the echo as loud as the agent (no loss) until the microphone says otherwise
+  percentile: 0.9, // of (microphone - agent) at a lag: the bound (an echo's level wavers)
+  marginDb: 10, // the person's voice is this much louder than the loudest echo that fits
+  recentMs: 1000, // a lag is ruled out by the microphone's sound this far back...
+  pauseShare: 0.15, // ...when more than this share of it fell in the agent's pauses at that lag
+});
+
+/** How much of what the microphone hears is the agent's own voice coming back: a loudspeaker's
+ * echo that the browser's echo canceller left (or never saw: an echo injected in a fake
+ * microphone's file, as `voicewire bench bargein` does). The page knows what it plays: the
+ * agent's audio as 10 ms levels on the page's clock (played; silenced when it stops), and the
+ * microphone's (heard). An echo is the agent's voice some delay later (0 to maxLagMs: output and
+ * input latency, the room) and some dB quieter (or louder: automatic gain). What the microphone
+ * heard while the agent spoke bounds it: for each lag, a high percentile of (microphone minus
+ * agent) over the last historyMs where the agent was loud (an echo's level wavers by several
+ * dB around the agent's, step to step; a microphone that was silent gives a bound far below
+ * the agent). The loudest echo that fits some lag is expected now; a microphone step counts as
+ * the person's voice only when it is marginDb louder than that, and such steps never bound the
+ * echo (the person's voice would raise the bound and pass for echo itself). Until a lag has
+ * minSteps of evidence the echo is assumed as loud as the agent (priorDb): in the first half
+ * second or so of the agent's voice after the microphone starts, a barge-in needs a voice
+ * marginDb louder than the agent's. Pure: no clock and no audio of its own (app.js feeds it). */
+export class EchoGate {
+  constructor(options = {}) {
+    this.options = { ...ECHO, ...options };
+    this.playout = new Map(); // step index (page ms / stepMs) -> dB: the agent as heard
+    this.mic = []; // [step number since the microphone started, dB, a person's?], oldest first
+    this.start = Infinity; // page ms at which the microphone's step 0 began
+    this.bounds = null; // per lag: the echo's loudest level over the agent's, in dB (cached)
+  }
+
+  /** The microphone (re)started: its steps are counted from 0 again. */
+  restart() {
+    this.mic = [];
+    this.start = Infinity;
+    this.bounds = null;
+  }
+
+  /** The agent's audio: its 10 ms levels, heard from page time atMs on. */
+  played(atMs, levels) {
+    const first = Math.round(atMs / this.options.stepMs);
+    levels.forEach((db, k) => this.playout.set(first + k, db));
+    // Frames may come far ahead of their playing (faster than real time): what is forgotten
+    // here is a minute older than this one (heard() forgets what the microphone is past).
+    const old = first - Math.round(60_000 / this.options.stepMs);
+    for (const index of this.playout.keys()) if (index < old) this.playout.delete(index);
+    this.bounds = null;
+  }
+
+  /** The player went silent at atMs: what it had scheduled after that is never heard. */
+  silenced(atMs) {
+    const from = Math.round(atMs / this.options.stepMs);
+    for (const index of this.playout.keys()) if (index >= from) this.playout.delete(index);
+    this.bounds = null;
+  }
+
+  /** The microphone: its 10 ms levels, the last one ending at page time atMs (when the chunk
+   * came). Chunks come late and in bursts when the page is busy, never early, and their audio
+   * is gapless: the steps are counted, and step 0's time is the earliest that any chunk's
+   * arrival allows. Returns how many ms of these steps are the agent's echo (sound, but not
+   * marginDb over the loudest echo that fits). */
+  heard(atMs, levels) {
+    const o = this.options;
+    const first = this.mic.length ? this.mic.at(-1)[0] + 1 : 0;
+    this.start = Math.min(this.start, atMs - (first + levels.length) * o.stepMs);
+    // Judged against what was heard before them; a person's voice never bounds the echo (it
+    // is louder than the echo: it would raise the bound and pass for echo itself).
+    let echoMs = 0;
+    levels.forEach((db, k) => {
+      const number = first + k;
+      const expected = this.expected(this.index(number));
+      const sound = db > o.soundDb;
+      if (sound && db <= expected + o.marginDb) echoMs += o.stepMs;
+      this.mic.push([number, db, sound && db > expected + o.marginDb]);
+    });
+    const keep = Math.round((o.historyMs + o.maxLagMs) / o.stepMs);
+    if (this.mic.length > keep) this.mic.splice(0, this.mic.length - keep);
+    const old = this.index(first) - keep;
+    for (const index of this.playout.keys()) if (index < old) this.playout.delete(index);
+    this.bounds = null;
+    return echoMs;
+  }
+
+  /** A microphone step's index on the page's clock (as the agent's steps are). */
+  index(number) {
+    return Math.round(this.start / this.options.stepMs) + number;
+  }
+
+  /** The loudest echo (dB) that fits what the microphone heard, at step `index`; -Infinity
+   * when the agent was quiet at every lag. */
+  expected(index) {
+    const o = this.options;
+    const bounds = this.echoBounds();
+    let loudest = -Infinity;
+    bounds.forEach((bound, lag) => {
+      const agent = this.playout.get(index - lag);
+      if (agent !== undefined && agent > o.soundDb) loudest = Math.max(loudest, agent + bound);
+    });
+    return loudest;
+  }
+
+  /** Per lag (in steps): a high percentile of microphone minus agent over the history's
+   * steps where the agent was loud (or priorDb with fewer than minSteps of them); -Infinity
+   * for a lag the recent sound rules out: more than pauseShare of the microphone's sounding
+   * steps in the last recentMs fell where the agent, at that lag, was quiet (an echo is quiet
+   * where the agent is: a person speaking over the agent is not). */
+  echoBounds() {
+    if (this.bounds) return this.bounds;
+    const o = this.options;
+    const lags = Math.floor(o.maxLagMs / o.stepMs) + 1;
+    const recent = this.mic.length ? this.mic.at(-1)[0] - Math.round(o.recentMs / o.stepMs) : 0;
+    this.bounds = [];
+    for (let lag = 0; lag < lags; lag++) {
+      const gaps = [];
+      let sounding = 0;
+      let inPauses = 0;
+      for (const [number, db, person] of this.mic) {
+        const agent = this.playout.get(this.index(number) - lag) ?? -Infinity;
+        if (number > recent && db > o.soundDb) {
+          sounding += 1;
+          if (agent <= o.soundDb) inPauses += 1;
+        }
+        if (!person && agent > o.loudDb) gaps.push(Math.max(db, -100) - agent);
+      }
+      if (sounding >= o.minSteps && inPauses > o.pauseShare * sounding) {
+        this.bounds.push(-Infinity);
+      } else if (gaps.length < o.minSteps) {
+        this.bounds.push(o.priorDb);
+      } else {
+        gaps.sort((x, y) => x - y);
+        this.bounds.push(gaps[Math.floor(o.percentile * (gaps.length - 1))]);
+      }
+    }
+    return this.bounds;
+  }
+}
+
 function freshUtterance() {
   return {
     startedAt: null, // the first voice or result
+    voiceAt: null, // the first voice
     speechMs: 0, // voice, in all
     runMs: 0, // voice in the current run
     lastVoiceAt: null,
     lastResultAt: null,
+    lastFinal: "", // the text of the last final result with words: it sets the wait
     results: new Map(), // id -> {text, words, partial, echoFree}: in the order they began
     overlapped: false, // the agent's voice played during it
     passed: false, // the barge-in guard passed
@@ -142,13 +360,16 @@ export class TurnTaking {
     else this.tick();
   }
 
-  /** A chunk of the microphone's audio: {ms, voiceMs}. */
-  audio({ voiceMs = 0 }) {
+  /** A chunk of the microphone's audio: {ms, voiceMs, echoMs}; echoMs of its voice are the
+   * agent's echo (EchoGate): not the person's voice. */
+  audio({ voiceMs = 0, echoMs = 0 }) {
     if (this.state === "idle" || this.state === "ending") return;
+    voiceMs = Math.max(0, voiceMs - echoMs);
     const t = this.now();
     const u = this.utterance;
     if (voiceMs > 0) {
       if (u.startedAt === null) u.startedAt = t;
+      if (u.voiceAt === null) u.voiceAt = t;
       if (u.lastVoiceAt !== null && t - u.lastVoiceAt > this.options.runGapMs) u.runMs = 0;
       u.runMs += voiceMs;
       u.speechMs += voiceMs;
@@ -171,14 +392,18 @@ export class TurnTaking {
     u.lastResultAt = t;
     const speaking = this.agent.speaking();
     if (speaking) u.overlapped = true;
-    let echoFree = words.length;
+    let free = words;
     if (speaking && this.mode === "open") {
       const o = this.options;
       const agents = new Set(this.agent.wordsAround(o.echoBackMs, o.echoAheadMs).map(wordKey));
-      echoFree = words.filter((word) => !agents.has(word)).length;
+      free = words.filter((word) => !agents.has(word));
     }
+    const echoFree = free.length;
+    const meant = free.filter((word) => !isBackchannel(word)).length; // "first-word"'s words
     const text = String(result.text || "").trim();
-    u.results.set(result.id, { text, words, partial: Boolean(result.partial), echoFree });
+    const partial = Boolean(result.partial);
+    u.results.set(result.id, { text, words, partial, echoFree, meant });
+    if (!result.partial && text) u.lastFinal = text;
     if (this.state === "listening") this.setState("hearing");
     this.guard();
     this.show();
@@ -206,7 +431,8 @@ export class TurnTaking {
     const entries = [...u.results.values()];
     const pending = entries.some((entry) => entry.partial);
     const said = entries.some((entry) => !entry.partial && entry.text);
-    if ((said && !pending && quiet >= o.endOfTurnMs) || quiet >= o.noWordsMs) this.decide(false);
+    const wait = soundsComplete(u.lastFinal) ? o.endOfTurnCompleteMs : o.endOfTurnIncompleteMs;
+    if ((said && !pending && quiet >= wait) || quiet >= o.noWordsMs) this.decide(false);
   }
 
   /** What there is to see of the current utterance (for tests and the page's figures). */
@@ -235,11 +461,13 @@ export class TurnTaking {
   counts() {
     let words = 0;
     let echoFree = 0;
+    let meant = 0;
     for (const entry of this.utterance.results.values()) {
       words += entry.words.length;
       echoFree += entry.echoFree;
+      meant += entry.meant;
     }
-    return { words, echoFree };
+    return { words, echoFree, meant };
   }
 
   /** Has the person's speech passed the barge-in guard? Then stop the agent if it speaks. */
@@ -252,7 +480,7 @@ export class TurnTaking {
       const { words, echoFree } = this.counts();
       const passed =
         o.bargeInOn === "first-word"
-          ? echoFree > 0
+          ? this.counts().meant > 0 && u.speechMs >= o.minSpeechMs
           : u.runMs >= o.bargeInMinSpeechMs && !(words > 0 && echoFree === 0);
       if (!passed) return;
       u.passed = true;

@@ -8,7 +8,11 @@ Kokoro-82M, the repo's own TTS, in a voice the agent never answers with, at test
 - The page's pure logic, loaded as modules in the page: its event-stream codec against Python's
   (``voicewire.speech_in.transcribe_events``), byte for byte both ways; its Transcribe stream's
   100 ms chunks and its end; the turn-taking rules of listening.js on a fake clock (end of turn,
-  "didn't catch that", the 30 s cut, push-to-talk, the barge-in guards and the echo guard).
+  "didn't catch that", the 30 s cut, push-to-talk, the barge-in guards and the echo guard); its
+  end-of-turn rule against Python's (``voicewire.speech_in.end_of_turn``: the same words, the
+  same answers); its echo gate on made-up levels (the agent's echo is not voice, a person's is).
+  ``voicewire bench bargein`` measures the same guards on the real page
+  (tests/integration/test_bargein_bench.py runs it briefly).
 - The wiring, against a local stack whose recognizer is the protocol's test double
   (``FixedWordsRecognizer``: it hears "What time is it in Paris?" whatever is said, one word per
   0.3 s of audio): Listen sends ``listen``, streams the microphone, shows the partials and then
@@ -489,10 +493,11 @@ HARNESS = """
             options,
             on: (event) => events.push({ at: clock.t, ...event }),
         });
-        const audio = (ms, voice = false) => {
+        // voice: the worklet's voice in each 50 ms; echo: how much of it EchoGate called echo.
+        const audio = (ms, voice = false, echo = false) => {
             for (let i = 0; i < ms; i += 50) {
                 clock.t += 50;
-                turns.audio({ ms: 50, voiceMs: voice ? 50 : 0 });
+                turns.audio({ ms: 50, voiceMs: voice ? 50 : 0, echoMs: echo ? 50 : 0 });
             }
         };
         const result = (id, text, partial = true) => turns.result({ id, text, partial, items: [] });
@@ -508,6 +513,8 @@ async def turn_taking(page, body: str):
 
 
 async def test_a_turn_ends_after_a_final_result_and_a_pause(module_page):
+    """The wait after the last final result is end_of_turn.py's: 250 ms after one that reads as
+    finished, 1.5 s after one that does not (no closing mark, a trailing "and" or "the")."""
     out = await turn_taking(
         module_page,
         """
@@ -517,34 +524,46 @@ async def test_a_turn_ends_after_a_final_result_and_a_pause(module_page):
         h.audio(500, true);
         h.result('a', 'What time');
         h.audio(500, true);
-        h.result('a', 'What time is it in Paris?', false);  // t = 1300
-        h.audio(650);
+        h.result('a', 'What time is it in Paris?', false);  // t = 1300: finished
+        h.audio(200);
         const early = h.of('turn').length;
-        h.audio(50);
+        h.audio(50);                                         // 250 ms of quiet
         const first = h.of('turn', 'heard', 'state');
-        // Speech goes on after a final result: the turn waits, and takes both.
+        // A final result that does not read as finished: the turn waits 1.5 s, and a breath
+        // shorter than that takes what follows into the same turn.
         const g = harness();
         g.turns.start('open');
         g.audio(600, true);
-        g.result('a', 'What time is it in Paris?', false);  // t = 600
-        g.audio(400);                                        // a pause, shorter than 700 ms
+        g.result('a', 'What time is it in Paris and', false);  // t = 600: goes on
+        g.audio(1000);                                         // a breath, under 1.5 s
         g.audio(300, true);
-        g.result('b', 'And in London?');
+        g.result('b', 'in London?');
         g.audio(300, true);
-        g.result('b', 'And in London?', false);              // t = 1600
+        g.result('b', 'in London?', false);                    // t = 2200: finished
         g.audio(700);
         g.result('a', 'What time is it in Paris, France?', false);  // late: that turn was taken
         g.audio(1000);
-        // Configurable: a shorter pause ends it sooner.
-        const q = harness({ endOfTurnMs: 300 });
+        // A full stop after "the" is the recogniser's, not the speaker's: 1.5 s.
+        const t = harness();
+        t.turns.start('open');
+        t.audio(500, true);
+        t.result('a', 'Turn on the.', false);                  // t = 500
+        t.audio(1450);
+        const waiting = t.of('turn').length;
+        t.audio(50);
+        // Configurable: other waits.
+        const q = harness({ endOfTurnCompleteMs: 100, endOfTurnIncompleteMs: 400 });
         q.turns.start('open');
         q.audio(400, true);
         q.result('a', 'Hi.', false);
-        q.audio(300);
+        q.audio(100);
+        q.audio(400, true);
+        q.result('b', 'Well', false);
+        q.audio(400);
         let refused = '';
         try { harness({ bargeInOn: 'loudness' }); } catch (error) { refused = error.message; }
-        return { early, first, second: g.of('turn'), quick: q.of('turn'), refused,
-                 defaults: { ...LISTENING } };
+        return { early, first, second: g.of('turn'), waiting, the: t.of('turn'),
+                 quick: q.of('turn'), refused, defaults: { ...LISTENING } };
         """,
     )
     assert out["early"] == 0
@@ -553,17 +572,68 @@ async def test_a_turn_ends_after_a_final_result_and_a_pause(module_page):
         [350, "state", {"state": "hearing"}],
         [800, "heard", {"text": "What time", "final": False}],
         [1300, "heard", {"text": QUESTION, "final": False}],
-        [2000, "heard", {"text": QUESTION, "final": True}],
-        [2000, "turn", {"text": QUESTION, "cut": False}],
-        [2000, "state", {"state": "listening"}],
+        [1550, "heard", {"text": QUESTION, "final": True}],
+        [1550, "turn", {"text": QUESTION, "cut": False}],
+        [1550, "state", {"state": "listening"}],
     ]
-    assert out["second"] == [[2300, "turn", {"text": f"{QUESTION} And in London?", "cut": False}]]
-    assert out["quick"] == [[700, "turn", {"text": "Hi.", "cut": False}]]
+    text = "What time is it in Paris and in London?"
+    assert out["second"] == [[2450, "turn", {"text": text, "cut": False}]]
+    assert out["waiting"] == 0
+    assert out["the"] == [[2000, "turn", {"text": "Turn on the.", "cut": False}]]
+    assert out["quick"] == [
+        [500, "turn", {"text": "Hi.", "cut": False}],
+        [1300, "turn", {"text": "Well", "cut": False}],
+    ]
     assert "bargeInOn is one of speech, first-word" in out["refused"]
-    assert out["defaults"]["endOfTurnMs"] == 700
+    assert out["defaults"]["endOfTurnCompleteMs"] == 250
+    assert out["defaults"]["endOfTurnIncompleteMs"] == 1500
+    assert "endOfTurnMs" not in out["defaults"]
     assert out["defaults"]["maxUtteranceMs"] == 30_000
     assert out["defaults"]["bargeInMinSpeechMs"] == 250
     assert out["defaults"]["bargeInOn"] == "speech"
+
+
+# Sentences the two sides must judge alike: closing marks, quotes and brackets after them,
+# continuing words (closed or not), case, apostrophes, digits, other scripts, blanks.
+END_OF_TURN_SENTENCES = (
+    "What time is it in Paris?",
+    "Turn on the lights in the kitchen.",
+    "Turn on the",
+    "Turn on the.",
+    "I want to go to Paris and.",
+    "Stop!",
+    'He said "stop."',
+    "Is it (really?)",
+    "What about... um.",
+    "Tell me about THE.",
+    "That's it.",
+    "It's 10 o'clock.",
+    "Set a timer for 10.",
+    "Wie spät ist es in München?",
+    "  Wait, stop.  ",
+    "Well,",
+    "?!",
+    "",
+    "Hmm, so that is it?",
+    "Call my mother, because.",
+)
+
+
+async def test_the_pages_end_of_turn_rule_is_pythons(module_page):
+    from voicewire.speech_in.end_of_turn import CONTINUING_WORDS, sounds_complete
+
+    out = await module_page.evaluate(
+        """async (sentences) => {
+            const l = await import('./listening.js');
+            return { words: [...l.CONTINUING_WORDS], complete: sentences.map(l.soundsComplete) };
+        }""",
+        list(END_OF_TURN_SENTENCES),
+    )
+    assert sorted(out["words"]) == sorted(CONTINUING_WORDS)
+    assert len(out["words"]) == len(CONTINUING_WORDS)  # no word twice
+    expected = [sounds_complete(sentence) for sentence in END_OF_TURN_SENTENCES]
+    assert out["complete"] == expected
+    assert True in expected and False in expected  # both answers are exercised
 
 
 async def test_silence_noise_and_a_monologue(module_page):
@@ -603,7 +673,7 @@ async def test_silence_noise_and_a_monologue(module_page):
     )
     assert out["voice"] == [[3600, "missed", {"why": "no-words"}]]
     assert out["click"] == [[3100, "ignored", {"why": "noise", "text": ""}]]
-    assert out["words"] == [[1200, "ignored", {"why": "no-voice", "text": "Thank you."}]]
+    assert out["words"] == [[750, "ignored", {"why": "no-voice", "text": "Thank you."}]]
     [(at, kind, turn)] = out["long"]
     assert (at, kind, turn["cut"]) == (30_150, "turn", True)
     assert turn["text"] == " ".join(["word"] * 30)
@@ -691,7 +761,7 @@ async def test_barge_in_needs_enough_speech_and_never_comes_from_the_agents_echo
         e.audio(300, true);
         e.result('a', 'upon a time');
         e.audio(200, true);
-        e.result('a', 'Upon a time, there', false);
+        e.result('a', 'Upon a time.', false);
         const echoed = e.of('barge-in').length;
         e.audio(700);
         e.audio(300, true);
@@ -723,20 +793,120 @@ async def test_barge_in_needs_enough_speech_and_never_comes_from_the_agents_echo
     assert out["speech"]["before"] == 0
     assert out["speech"]["events"] == [
         [850, "barge-in", {"reason": "speech"}],
-        [1550, "turn", {"text": "Wait, stop.", "cut": False}],
+        [1100, "turn", {"text": "Wait, stop.", "cut": False}],
     ]
     assert out["cough"]["events"] == [
-        [2300, "ignored", {"why": "noise", "text": QUESTION}],
+        [1850, "ignored", {"why": "noise", "text": QUESTION}],
     ]
     assert out["cough"]["shown"] == 0  # never shown as the person's line
     assert out["echo"]["echoed"] == 0
     assert out["echo"]["events"] == [
-        [1200, "ignored", {"why": "echo", "text": "Upon a time, there"}],
+        [750, "ignored", {"why": "echo", "text": "Upon a time."}],
         [1500, "barge-in", {"reason": "first-word"}],
-        [2200, "turn", {"text": "The fox? Stop.", "cut": False}],
+        [1750, "turn", {"text": "The fox? Stop.", "cut": False}],
     ]
     assert out["speechEcho"] == {"held": 0, "events": [[400, "barge-in", {"reason": "speech"}]]}
     assert out["keys"] == ["time", "fox", "its"]
+
+
+async def test_the_level_gate_takes_the_agents_echo_out_of_the_voice(module_page):
+    """EchoGate on made-up levels: the agent's "speech" (syllables and pauses), its echo in the
+    microphone 120 ms later and 4 dB quieter, wavering by 3 dB, in chunks that arrive late and
+    in bursts; then a person's voice over the agent, with a silent microphone before it."""
+    rng = np.random.default_rng(5)
+    agent: list[float] = []  # the agent's 10 ms levels, 8 s
+    while len(agent) < 800:
+        agent += [-20 + 6 * rng.standard_normal()] * int(rng.integers(12, 26))  # a syllable
+        agent += [-75.0] * int(rng.integers(4, 30))  # a pause
+    agent = agent[:800]
+    echo = [-100.0] * 12 + [a - 4 + 3 * rng.standard_normal() for a in agent[:-12]]
+    person = [-100.0] * 50 + [-18 + 5 * rng.standard_normal() for _ in range(750)]
+    delays = np.cumsum(rng.integers(0, 3, 160)) % 20 * 10  # ms late: 0-190, bursts
+    out = await module_page.evaluate(
+        """async ({agent, echo, person, delays}) => {
+            const { EchoGate } = await import('./listening.js');
+            // The agent's audio in 200 ms frames from t = 1000 ms; the microphone from 1000 on.
+            const run = (mic) => {
+                const gate = new EchoGate();
+                for (let f = 0; f < 40; f++) {
+                    gate.played(1000 + f * 200, agent.slice(f * 20, f * 20 + 20));
+                }
+                const echoMs = [];
+                for (let c = 0; c < 160; c++) {
+                    const at = 1000 + (c + 1) * 50 + delays[c];
+                    echoMs.push(gate.heard(at, mic.slice(c * 5, c * 5 + 5)));
+                }
+                return echoMs;
+            };
+            const quiet = new EchoGate();
+            quiet.restart();
+            return {
+                echo: run(echo),
+                person: run(person),
+                // The first moments of an echo as loud as the agent: no evidence yet at any lag.
+                early: run(echo.map((db) => db + 4)).slice(0, 8),
+                nothing: quiet.heard(5000, [-20, -20, -20, -20, -20]),
+            };
+        }""",
+        {"agent": agent, "echo": echo, "person": person, "delays": delays.tolist()},
+    )
+    sound = [sum(10 for db in echo[c * 5 : c * 5 + 5] if db > -50) for c in range(160)]
+    assert sum(out["echo"]) >= 0.97 * sum(sound)  # nearly all of the echo is echo
+    # ...and what leaks never adds up to the 250 ms of voice that would stop the agent.
+    leaks = [heard - echoed for heard, echoed in zip(sound, out["echo"], strict=True)]
+    assert max(sum(leaks[c : c + 10]) for c in range(150)) < 250  # in any 500 ms
+    # A person over the agent, the microphone silent before: their voice is voice (at once
+    # where the silence ruled echo out; within a syllable or two at the longest lags).
+    assert sum(out["person"][10:]) <= 0.1 * 7500
+    early = [sum(10 for db in echo[c * 5 : c * 5 + 5] if db + 4 > -50) for c in range(8)]
+    assert out["early"] == early  # as loud as the agent, before any evidence: echo
+    assert out["nothing"] == 0  # the agent silent: nothing is echo
+
+
+async def test_echo_taken_out_of_the_voice_never_cuts_the_agent_off(module_page):
+    out = await turn_taking(
+        module_page,
+        """
+        // The worklet hears voice, and EchoGate says it is all the agent's echo: no barge-in,
+        // no utterance; then the person speaks (no echo in it): the agent is stopped.
+        const h = harness();
+        h.agent.speaking = true;
+        h.turns.start('open');
+        h.audio(2000, true, true);
+        const heldBy = { state: h.turns.state, bargeIns: h.of('barge-in').length };
+        h.audio(250, true);
+        // "first-word": a backchannel, or a word with no voice of the person's under it, is no
+        // first word; a word of theirs with their voice is.
+        const f = harness({ bargeInOn: 'first-word' });
+        f.agent.speaking = true;
+        f.turns.start('open');
+        f.audio(400, true);
+        f.result('a', 'Mm-hmm.');
+        const backchannel = f.of('barge-in').length;
+        f.result('a', 'Mm-hmm. Yeah, right.', false);
+        f.audio(300, true);
+        f.result('b', 'M .H .M .H.', false);  // Whisper tiny.en's spelling of a hum
+        f.audio(2000);
+        const g = harness({ bargeInOn: 'first-word' });
+        g.agent.speaking = true;
+        g.turns.start('open');
+        g.audio(1000, true, true);
+        g.result('a', 'thing');                // a misheard echo: not the agent's word
+        const echoed = g.of('barge-in').length;
+        g.audio(200, true);
+        g.result('a', 'thing wait');
+        return { heldBy, events: h.of('barge-in'), backchannel,
+                 f: f.of('barge-in', 'turn', 'ignored'), echoed, g: g.of('barge-in') };
+        """,
+    )
+    assert out["heldBy"] == {"state": "listening", "bargeIns": 0}
+    assert out["events"] == [[2250, "barge-in", {"reason": "speech"}]]
+    assert out["backchannel"] == 0
+    assert out["f"] == [
+        [950, "ignored", {"why": "noise", "text": "Mm-hmm. Yeah, right. M .H .M .H."}]
+    ]
+    assert out["echoed"] == 0
+    assert out["g"] == [[1150, "barge-in", {"reason": "first-word"}]]  # 150 ms of voice
 
 
 # --- the page, with the local stack -------------------------------------------------------------
@@ -907,10 +1077,12 @@ async def test_speaking_over_the_agent_stops_it_and_it_remembers_what_was_heard(
         assert [ask["prompt"] for ask in wire.actions("ask")] == ["Tell me a story", QUESTION]
         assert "heard_ms" not in wire.actions("ask")[1]  # the cancel said it already
         # The double "heard" its first words before the voice began, over the story: they were
-        # not shown as the person's line until the guard passed (they might have been echo).
+        # not shown as the person's line until the guard passed (they might have been echo),
+        # unless the story had a gap just then (its audio late on a loaded machine: nothing
+        # overlapped). The fake clock's tests hold the rule itself.
         events = (await page.evaluate(LISTENING))["events"]
         shown = [e for e in events if e["type"] == "heard" and e["text"]]
-        assert shown and shown[0]["at"] >= barge["at"]
+        assert shown and any(e["at"] >= barge["at"] for e in shown)
         assert barge["at"] > next(
             e["at"] for e in events if e["type"] == "state" and e["state"] == "hearing"
         )
@@ -945,7 +1117,9 @@ async def test_a_short_noise_does_not_cut_the_agent_off(listening_stack, sounds)
         )
         stats = await page.evaluate(LISTENING)
         assert stats["bargeIns"] == 0
-        assert 0 < stats["maxRunMs"] < 250  # the noise was heard, and was too short
+        # Too short (and, within the first moments of the agent's voice, maybe taken for its
+        # echo by the echo gate: no voice at all).
+        assert stats["maxRunMs"] < 250
         [ignored] = [e for e in stats["events"] if e["type"] == "ignored"]
         assert (ignored["why"], ignored["text"]) == ("noise", QUESTION)
         assert wire.actions("cancel") == [] and len(wire.actions("ask")) == 1

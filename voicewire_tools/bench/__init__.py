@@ -26,4 +26,5 @@ BENCHMARKS = {
     "llm": "voicewire_tools.bench.local_llm",
     "recognizer": "voicewire_tools.bench.speech_in",
     "voice": "voicewire_tools.bench.voice",
+    "bargein": "voicewire_tools.bench.bargein",
 }
