@@ -603,17 +603,7 @@ async function startListening(mode) {
 
 /** Stop listening (Listen pressed again, an error): what was being said is dropped. */
 function stopListening(text = "", kind = "info") {
-  speech.mode = null;
-  speech.releasing = false;
-  speech.generation += 1; // a listen still unanswered opens nothing
-  clearInterval(speech.timer);
-  speech.mic?.stop();
-  speech.mic = null;
-  speech.stream?.close();
-  speech.stream = null;
-  speech.backlog = [];
-  speech.line = null;
-  speech.context?.suspend(); // no audio thread while nobody listens; resumed in the next gesture
+  finishPush();
   turnTaking.stop();
   note(text, kind);
 }
@@ -767,7 +757,8 @@ function heardEvent(event) {
   }
 }
 
-/** Push-to-talk's turn is decided: everything of it stops. */
+/** Push-to-talk's turn is decided (and, from stopListening, any listening): the microphone, the
+ * Transcribe stream and the timers stop. */
 function finishPush() {
   speech.mode = null;
   speech.releasing = false;

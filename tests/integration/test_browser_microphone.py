@@ -28,18 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import functools
 import json
-import shutil
 import wave
 import zlib
-from collections.abc import AsyncIterator
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import pytest
+from chromium_pages import chromium_page
 from loopback_http import LoopbackServer
 from required_tools import needs, needs_modules
 
@@ -54,7 +52,6 @@ from voicewire.speech_in.transcribe_events import (
     transcript_event,
 )
 
-CHROMIUM = shutil.which("chromium")
 pytestmark = needs("chromium")
 ROOT = Path(__file__).resolve().parents[2]
 TURN = 120_000  # ms: a turn's wait, generous for a loaded 2-core machine
@@ -139,39 +136,6 @@ def fake_microphone(wav: Path | None = None, *, allowed: bool = True) -> list[st
     if wav is not None:
         args.append(f"--use-file-for-fake-audio-capture={wav}%noloop")
     return args
-
-
-@contextlib.asynccontextmanager
-async def chromium_page(errors: list[str], args: list[str] = ()) -> AsyncIterator[object]:
-    """A fresh headless Chromium with one page; uncaught errors, and anything the page's
-    Content-Security-Policy refused, go to errors."""
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--autoplay-policy=no-user-gesture-required",
-                *args,
-            ],
-        )
-        try:
-            page = await browser.new_page(viewport={"width": 1100, "height": 900})
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            page.on(
-                "console",
-                lambda message: (
-                    errors.append(message.text)
-                    if "Content Security Policy" in message.text
-                    else None
-                ),
-            )
-            yield page
-        finally:
-            await browser.close()
 
 
 class Wire:

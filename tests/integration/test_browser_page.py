@@ -13,19 +13,17 @@ a CPU. The page reports what its player did in ``window.voicewireStats``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import json
 import shutil
-from collections.abc import AsyncIterator
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from chromium_pages import chromium_page
 from loopback_http import LoopbackServer
 from required_tools import needs
 
-CHROMIUM = shutil.which("chromium")
 pytestmark = needs("chromium")
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "images" / "browser.png"
@@ -34,38 +32,6 @@ TURN = 120_000  # ms: a turn's wait, generous for a loaded 2-core machine
 
 STATE = "document.getElementById('status').dataset.state"
 STATS = "() => ({...window.voicewireStats})"
-
-
-@contextlib.asynccontextmanager
-async def chromium_page(errors: list[str]) -> AsyncIterator[object]:
-    """A fresh headless Chromium (fresh storage) with one page; uncaught errors go to errors."""
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as playwright:
-        browser = await playwright.chromium.launch(
-            executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--autoplay-policy=no-user-gesture-required",
-            ],
-        )
-        try:
-            page = await browser.new_page(viewport={"width": 1100, "height": 900})
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            # The page runs under voicewire_tools/page_headers.py's policy: nothing may be refused.
-            page.on(
-                "console",
-                lambda message: (
-                    errors.append(message.text)
-                    if "Content Security Policy" in message.text
-                    else None
-                ),
-            )
-            yield page
-        finally:
-            await browser.close()
 
 
 def watch_loads(page) -> list[str]:
