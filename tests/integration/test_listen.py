@@ -13,6 +13,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
@@ -27,7 +28,12 @@ from voicewire.speech_in.transcribe_events import (
     end_of_stream,
     read_result,
 )
+from voicewire_tools.local_stack.speech_recognizer import RecognizerInBackground
 from voicewire_tools.local_stack.stack import LocalStack, StackOptions
+from voicewire_tools.local_stack.transcribe_streaming import (
+    LocalTranscribeStreaming,
+    start_transcribe_streaming,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RATE = 16_000
@@ -184,3 +190,23 @@ def test_ask_audio_says_what_is_wrong_with_a_file_that_is_not_audio(listening_st
     assert "cannot be read as audio" in result.stderr
     both = ask_audio(listening_stack, "What time is it?", "--audio", str(bogus))
     assert both.returncode != 0 and "no PROMPT" in both.stderr
+
+
+def test_a_stack_stopping_waits_for_its_recognizer_still_loading():
+    """``voicewire up`` stopped a moment after it started: the recognizer may still be inside
+    CTranslate2's constructor, and a process exiting then aborts ("terminate called without an
+    active exception", seen in CI). The stack's stop waits for the load to end first."""
+    release, ended = threading.Event(), threading.Event()
+
+    def load() -> FixedWordsRecognizer:
+        release.wait(10)
+        ended.set()
+        return FixedWordsRecognizer()
+
+    loading = RecognizerInBackground(load, FixedWordsRecognizer.languages)
+    stack = LocalStack(StackOptions(), progress=lambda line: None)
+    stack.transcribe = start_transcribe_streaming(LocalTranscribeStreaming.accepting(loading, []))
+    threading.Timer(0.5, release.set).start()
+    stack.stop()
+    assert ended.is_set()
+    assert stack.transcribe is None

@@ -237,7 +237,8 @@ class RecognizerInBackground:
         self._loaded: Recognizer | None = None
         self._error: BaseException | None = None
         self._done = threading.Event()
-        threading.Thread(target=self._load, args=(load,), name=name, daemon=True).start()
+        self._loading = threading.Thread(target=self._load, args=(load,), name=name, daemon=True)
+        self._loading.start()
 
     def _load(self, load: Callable[[], Recognizer]) -> None:
         try:
@@ -246,6 +247,16 @@ class RecognizerInBackground:
             self._error = error
         finally:
             self._done.set()
+
+    def settle(self, timeout: float = 60.0) -> bool:
+        """Wait (at most ``timeout`` seconds) for a load under way to end; whether it did.
+
+        A stack stopping calls this before its process exits: a process that exits while the
+        load is inside CTranslate2's model constructor, whose worker threads are being made,
+        dies with "terminate called without an active exception" (SIGABRT) instead of exiting
+        0 (seen when ``voicewire up`` was stopped a moment after it started)."""
+        self._loading.join(timeout)
+        return not self._loading.is_alive()
 
     def wait(self, timeout: float | None = None) -> Recognizer:
         if not self._done.wait(timeout):

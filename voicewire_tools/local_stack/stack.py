@@ -613,6 +613,9 @@ class LocalStack:
         self._drop_kept_sessions()
         if self.transcribe is not None:
             self.transcribe.stop()
+            settle = getattr(self.transcribe.endpoint.recognizer, "settle", None)
+            if settle is not None and not settle():
+                self.progress("speech in: the recognizer was still loading; stopping anyway")
             self.transcribe = None
         if self._listening:
             from functions.access.listen_signer import use_listen_signer
