@@ -192,13 +192,25 @@ const speech = {
   note: "", // said after the state (didn't catch that, an error...)
   noteKind: "",
   timer: 0,
-  stats: { listens: 0, streams: 0, chunks: 0, bargeIns: 0, turns: 0, maxRunMs: 0, events: [] },
+  stats: {
+    listens: 0,
+    streams: 0,
+    chunks: 0,
+    bargeIns: 0,
+    holds: 0,
+    resumes: 0,
+    turns: 0,
+    maxRunMs: 0,
+    events: [],
+  },
 };
 // The last barge-in on the page's clock (performance.now() ms), for `voicewire bench bargein`:
 // voiceAt, the utterance's first microphone chunk the worklet marked as voice (the person's
 // first sound as the page hears it; null for push-to-talk), and stoppedAt, when the player was
-// silenced for it.
+// silenced for it (the hold's start, when a hold came first). The last hold likewise: voiceAt,
+// heldAt, and resumedAt if the agent went on (a backchannel, echo or noise).
 speech.stats.bargeIn = null;
+speech.stats.hold = null;
 // The agent's own voice coming back through the microphone: the player's audio (handleAudio)
 // against the microphone's (heardChunk), 10 ms levels on the page's clock (listening.js).
 const echoGate = new EchoGate();
@@ -330,6 +342,8 @@ function received(speed) {
     playback: [],
     tools: [], // {id, name, from, to, status}: each tool call, ms from the click
     follower: new WordFollower(), // its word timings, its audio on the clock, where it was cut
+    ahead: [], // {start, end, levels}: its frames as scheduled (context s), for a resume
+    hold: null, // paused for a barge-in that may be a backchannel: {at, frames} (holdTurn)
     marks: {},
     server: {},
     audioSeconds: 0,
@@ -409,6 +423,7 @@ function start(kind, spoken = null) {
 function stop() {
   const turn = current || awaiting;
   const heard = turn ? cut(turn) : 0; // from the audio clock, before it goes silent
+  if (turn) turn.hold = null; // its held frames are never heard
   player.stop(); // silent now, whatever the server does next
   echoGate.silenced(performance.now());
   if (turn) {
@@ -422,6 +437,45 @@ function stop() {
   }
   current = null;
   awaiting = null;
+  changed();
+}
+
+/** A barge-in that may be a backchannel (listening.js's hold): the turn pauses where it is
+ * heard (the audio clock stops: the heard position, the highlight and heard_ms wait with it);
+ * its frames that come meanwhile are kept, not scheduled. */
+function holdTurn(turn) {
+  if (turn.hold) return;
+  turn.hold = { at: performance.now(), heardMs: since(turn), frames: [] };
+  player.pause();
+  echoGate.silenced(performance.now()); // the paused audio makes no echo
+  changed();
+}
+
+/** It was no barge-in: the turn goes on from where it paused. Once the audio clock runs again,
+ * the echo gate is told when the audio already scheduled will be heard now, the playback
+ * timeline is shifted by the pause, and the frames kept meanwhile are scheduled in order. */
+async function resumeTurn(turn) {
+  const hold = turn.hold;
+  await player.resume();
+  if (turn.hold !== hold || turn !== current || turn.stopped) return; // cut meanwhile
+  const now = player.context.currentTime;
+  const stepS = echoGate.options.stepMs / 1000;
+  for (const ahead of turn.ahead) {
+    if (ahead.end <= now) continue;
+    const skip = Math.max(0, Math.floor((now - ahead.start) / stepS));
+    echoGate.played(player.heardAt(ahead.start + skip * stepS), ahead.levels.slice(skip));
+  }
+  const pausedMs = since(turn) - hold.heardMs;
+  turn.playback = turn.playback.flatMap(([from, to]) => {
+    if (to <= hold.heardMs) return [[from, to]];
+    if (from >= hold.heardMs) return [[from + pausedMs, to + pausedMs]];
+    return [
+      [from, hold.heardMs],
+      [hold.heardMs + pausedMs, to + pausedMs],
+    ];
+  });
+  turn.hold = null;
+  for (const [frame, arrived] of hold.frames) handleAudio(frame, arrived);
   changed();
 }
 
@@ -725,15 +779,28 @@ function heardEvent(event) {
     case "heard":
       speech.line = event.text && !event.final ? { text: event.text, final: false } : null;
       return changed();
-    case "barge-in":
+    case "hold":
+      speech.stats.holds += 1;
+      speech.stats.hold = { voiceAt: turnTaking.utterance.voiceAt, heldAt: performance.now() };
+      if (current && player.playing > 0) holdTurn(current);
+      return undefined;
+    case "resume":
+      speech.stats.resumes += 1;
+      if (speech.stats.hold) speech.stats.hold.resumedAt = performance.now();
+      if (current?.hold) resumeTurn(current);
+      return undefined;
+    case "barge-in": {
       speech.stats.bargeIns += 1;
+      const held = current?.hold; // the agent went silent when the hold began
       if (current && player.playing > 0) stop(); // silent now; cancel says what was heard
       speech.stats.bargeIn = {
         reason: event.reason,
         voiceAt: turnTaking.utterance.voiceAt,
-        stoppedAt: performance.now(),
+        stoppedAt: held ? held.at : performance.now(),
+        held: Boolean(held),
       };
       return undefined;
+    }
     case "turn":
       speech.stats.turns += 1;
       speech.failures = 0;
@@ -874,17 +941,24 @@ function handleText(frame, record) {
   changed();
 }
 
-function handleAudio(frame) {
+function handleAudio(frame, arrived = null) {
   const turn = current;
   // Only the current turn is heard: frames of a stopped or replaced turn are dropped.
   if (!turn || turn.stopped || frame.turn !== turn.number) {
     framesDropped += 1;
     return;
   }
-  const arrived = since(turn);
+  if (turn.hold) {
+    turn.hold.frames.push([frame, since(turn)]); // scheduled when it goes on (resumeTurn)
+    return;
+  }
+  arrived ??= since(turn);
   const scheduled = player.schedule(frame.pcm);
   if (!scheduled) return;
-  echoGate.played(player.heardAt(scheduled.start), stepLevels(frame.pcm, SAMPLE_RATE));
+  const levels = stepLevels(frame.pcm, SAMPLE_RATE);
+  echoGate.played(player.heardAt(scheduled.start), levels);
+  turn.ahead.push({ start: scheduled.start, end: scheduled.end, levels });
+  while (turn.ahead[0].end < scheduled.start - 1) turn.ahead.shift(); // long heard
   turn.frames.push(arrived);
   mark(turn, "frame");
   if (scheduled.stalled) turn.stalls += 1;

@@ -20,14 +20,23 @@
 // or noise: Whisper is known to "hear" a "Thank you." in silence). An utterance longer than
 // maxUtteranceMs is cut there: what was said so far is asked, and the page says so.
 //
-// Barge-in, while the agent's voice plays: the agent is stopped at once (app.js's Stop path,
-// which sends cancel with heard_ms) only when the person's speech passes a guard, else a cough,
-// an "mm-hm" or the agent's own voice coming back through the microphone would cut it off:
+// Barge-in, while the agent's voice plays: the agent is stopped (app.js's Stop path, which sends
+// cancel with heard_ms) only when the person's speech passes a guard, else a cough, an "mm-hm"
+// or the agent's own voice coming back through the microphone would cut it off:
 //   bargeInOn "speech" (the default): bargeInMinSpeechMs of the person's voice in one run
-//     (pauses shorter than runGapMs do not break a run); fast, before any word is recognised;
+//     (pauses shorter than runGapMs do not break a run) holds the agent at once, before any
+//     word is recognised: its voice pauses (app.js suspends the player's audio clock; nothing
+//     is dropped). The recogniser then decides: a word it is sure of (a final result's, or a
+//     partial's stable one) that is neither the agent's echo nor a backchannel cuts the agent
+//     off (barge-in; the audio stopped when the hold began), and so does a turn; an utterance
+//     that ends as a backchannel ("Mm-hm.", "Yeah."), echo or noise lets the agent go on from
+//     where it paused (resume), as does a hold with no word at all once the voice has been
+//     quiet for resumeAfterMs. LiveKit Agents calls this resuming
+//     a false interruption (its turn-handling option resume_false_interruption);
 //   bargeInOn "first-word": a first word recognised (a partial's, stable or not) that is
 //     neither the agent's echo nor a backchannel (isBackchannel: "yeah", a hum "mm-hmm"...), with
-//     minSpeechMs of the person's voice under the utterance.
+//     minSpeechMs of the person's voice under the utterance, cuts the agent off; nothing holds
+//     it before.
 // The person's voice is the worklet's voice less the agent's echo: app.js gives each chunk's
 // echoMs from an EchoGate (below), which compares the microphone's level, 10 ms at a time, with
 // the agent's audio as it was played (the page knows what it plays): sound no louder than the
@@ -37,18 +46,18 @@
 // the words frames say which) are its echo: they never pass the guard, and an utterance made of
 // them only is never asked (a recogniser mishears an echo too: "a good thing" for "a good
 // question", hence the level gate). An utterance that overlapped the agent's voice and did not
-// pass the guard is dropped whole, its words too: a backchannel is not a question.
+// pass the guard is dropped whole, its words too; so is one said over the agent whose words are
+// all backchannels: a backchannel is not a question.
 // Measured with `voicewire bench bargein` on the page in Chromium (docs/results.md, "Barge-in by
-// voice"; 2 loaded cores): "speech" stops the agent 250 ms (p50 and p95) after the first chunk
-// marked as the person's voice, never on the agent's own echo (0 cuts in 20 turns, the echo
-// about as loud as the agent: the browser's echo canceller left all of it) nor on a cough; a
-// spoken "Mm-hm." (0.85 s of voice) does cut it: no rule that stops within 300 ms of voice can
-// tell it from "Wait". "first-word" lets most "Mm-hm"s by (not all: Whisper tiny.en spells a
-// hum "MMA shell" at times) and never cuts on echo either, but waits for the recogniser: 0.5 s
-// p50, seconds at p95 on a loaded machine. "speech" is the default: it meets the latency and
-// echo targets, and its miss (an "mm-hm" stops the agent, and is asked) costs less than
-// first-word's (every barge-in half a second to seconds late). Over a loud echo both wait for
-// the echo gate to rule the echo out (1.5-3 s): a loud loudspeaker wants a louder voice.
+// voice"; 2 cores): "speech" silences the agent 250 ms after the first chunk marked as the
+// person's voice, never cuts it on its own echo (0 in 20 turns, the echo about as loud as the
+// agent: the browser's echo canceller left all of it) nor on a cough; a spoken "Mm-hm." (0.85 s
+// of voice) holds it until the recogniser has heard a backchannel, then it goes on. Before the
+// hold, "Mm-hm" cut it: no rule that stops within 300 ms of voice can tell it from "Wait", but
+// the recogniser can, a second later. "first-word" never holds and waits for the recogniser
+// before it silences anything: 0.5 s p50, seconds at p95 on a loaded machine. Over a loud echo
+// both wait for the echo gate to rule the echo out (1.5-3 s): a loud loudspeaker wants a
+// louder voice.
 //
 // Every threshold is in LISTENING, the one place to change them (or pass options to TurnTaking);
 // the echo gate's are in ECHO (or pass options to EchoGate).
@@ -62,6 +71,7 @@ export const LISTENING = Object.freeze({
   bargeInOn: "speech", // or "first-word"
   bargeInMinSpeechMs: 250,
   runGapMs: 300,
+  resumeAfterMs: 1500, // "speech": a hold with no word recognised, the voice quiet this long
   minSpeechMs: 150, // an utterance with less voice is not a turn
   noWordsMs: 3000, // voice or a partial, then nothing new for this long: decided as it stands
   releaseWaitMs: 4000, // push-to-talk: the longest wait for the last results after release
@@ -81,18 +91,21 @@ export const CONTINUING_WORDS = Object.freeze([
 ]);
 const CONTINUING = new Set(CONTINUING_WORDS);
 
-// A listener's signs that they follow, not that they want the floor: in "first-word" mode they
-// are no first word (wordKey's form: "Mm-hmm." is "mmhmm"). So is any word of letters with no
-// vowel: a hum as a recogniser spells it ("Mm", "Hmm", "M .H .M .H." from Whisper tiny.en).
+// A listener's signs that they follow, not that they want the floor: they are no first word
+// (wordKey's form: "Mm-hmm." is "mmhmm"). So is any word of letters with no vowel, and a hum
+// that ends in an "a" or an "i": how a recogniser spells a hum ("Mm", "Hmm"; Whisper tiny.en
+// heard Kokoro's "Mm-hm." as "M .H .M .H.", "MMA .M .H." and "MMI", docs/results.md).
 export const BACKCHANNEL_WORDS = Object.freeze([
   ...["uhhuh", "uhhum", "ah", "aha", "oh", "uh", "um", "yeah", "yep", "yes", "ok", "okay"],
   ...["right", "sure", "wow"],
 ]);
 const BACKCHANNEL = new Set(BACKCHANNEL_WORDS);
+// "mma", "mmi", "hmma": two or more of m and h, then an a or an i; not "ma", "me" or "mama".
+const HUM_WITH_A_VOWEL = /^(?=[hm]{2})[hm]*m[hm]*[ai]$/;
 
 /** A backchannel word (wordKey's form): BACKCHANNEL_WORDS, or a hum (letters, no vowel). */
 export function isBackchannel(word) {
-  return BACKCHANNEL.has(word) || /^[b-df-hj-np-tv-xz]+$/.test(word);
+  return BACKCHANNEL.has(word) || /^[b-df-hj-np-tv-xz]+$/.test(word) || HUM_WITH_A_VOWEL.test(word);
 }
 const CLOSED = /[.?!]['")\]]*$/u; // end_of_turn.py's _CLOSED
 const WORD = /[\p{L}\p{N}_']+/gu; // its _WORD: Python's [\w']
@@ -114,11 +127,22 @@ export function wordKey(text) {
 
 /** The words of a result (transcribe_stream.js's shape): its items' words, else its text's. */
 export function resultWords(result) {
+  return resultEntries(result).map((entry) => entry.key);
+}
+
+/** A result's words as {key (wordKey's form), sure}: sure when the result is final, or the
+ * item is stable (partial-results stabilization: the recogniser will not change it). A
+ * partial's unstable tail is a guess: Whisper tiny.en guesses "MMA Champ." for a hum before
+ * it settles on "MMA -M.". */
+export function resultEntries(result) {
+  const final = !result.partial;
   const items = (result.items || []).filter((item) => item.type !== "punctuation");
-  const words = items.length
-    ? items.map((item) => item.content)
-    : String(result.text || "").split(/\s+/);
-  return words.map(wordKey).filter(Boolean);
+  const entries = items.length
+    ? items.map((item) => ({ key: wordKey(item.content), sure: final || item.stable === true }))
+    : String(result.text || "")
+        .split(/\s+/)
+        .map((word) => ({ key: wordKey(word), sure: final }));
+  return entries.filter((entry) => entry.key);
 }
 
 /** 10 ms levels (dBFS) of 16-bit little-endian PCM at `rate`: what EchoGate compares. */
@@ -290,10 +314,13 @@ function freshUtterance() {
     lastVoiceAt: null,
     lastResultAt: null,
     lastFinal: "", // the text of the last final result with words: it sets the wait
-    results: new Map(), // id -> {text, words, partial, echoFree}: in the order they began
+    results: new Map(), // id -> {text, words, partial, echoFree, meant, sure}: in order
     overlapped: false, // the agent's voice played during it
     passed: false, // the barge-in guard passed
-    bargedIn: false, // ...and the agent was stopped for it
+    held: false, // ...on voice alone ("speech"): the agent is paused until words decide
+    heldAt: null,
+    resumed: false, // ...and it went on: only a word of the person's cuts it now
+    bargedIn: false, // the agent was stopped for it
     shown: "",
   };
 }
@@ -303,11 +330,14 @@ export class TurnTaking {
    * aheadMs): [word texts]}; options: LISTENING's, any of them; on(event): what happened:
    *   {type: "state", state}
    *   {type: "heard", text, final}: the utterance so far (final: the turn's text; "": nothing)
+   *   {type: "hold"}: pause the agent's voice ("speech": enough voice, no word yet)
+   *   {type: "resume"}: the hold was no barge-in: the agent's voice goes on
    *   {type: "barge-in", reason}: stop the agent now ("speech", "first-word", "push")
    *   {type: "turn", text, cut}: ask this (cut: the utterance reached maxUtteranceMs)
    *   {type: "missed", why}: "didn't catch that" ("no-words": voice, no words; "no-voice":
    *     push-to-talk with nothing said)
-   *   {type: "ignored", why, text}: dropped without a word ("echo", "noise", "no-voice") */
+   *   {type: "ignored", why, text}: dropped without a word ("echo", "noise", "no-voice",
+   *     "backchannel") */
   constructor({ now = () => performance.now(), agent = {}, options = {}, on = () => {} } = {}) {
     this.now = now;
     this.agent = { speaking: () => false, wordsAround: () => [], ...agent };
@@ -336,8 +366,9 @@ export class TurnTaking {
     }
   }
 
-  /** Stop listening: what was being said is dropped. */
+  /** Stop listening: what was being said is dropped (a held agent goes on). */
   stop() {
+    this.resume();
     const shown = this.utterance.shown;
     this.mode = null;
     this.utterance = freshUtterance();
@@ -385,27 +416,31 @@ export class TurnTaking {
   result(result) {
     if (this.state === "idle" || this.done.has(result.id)) return;
     const u = this.utterance;
-    const words = resultWords(result);
+    const entries = resultEntries(result);
+    const words = entries.map((entry) => entry.key);
     if (!words.length && !u.results.has(result.id)) return; // nothing heard yet
     const t = this.now();
     if (u.startedAt === null) u.startedAt = t;
     u.lastResultAt = t;
     const speaking = this.agent.speaking();
     if (speaking) u.overlapped = true;
-    let free = words;
+    let free = entries;
     if (speaking && this.mode === "open") {
       const o = this.options;
       const agents = new Set(this.agent.wordsAround(o.echoBackMs, o.echoAheadMs).map(wordKey));
-      free = words.filter((word) => !agents.has(word));
+      free = entries.filter((entry) => !agents.has(entry.key));
     }
     const echoFree = free.length;
-    const meant = free.filter((word) => !isBackchannel(word)).length; // "first-word"'s words
+    const mine = free.filter((entry) => !isBackchannel(entry.key));
+    const meant = mine.length; // "first-word"'s words
+    const sure = mine.filter((entry) => entry.sure).length; // what ends a hold with a cut
     const text = String(result.text || "").trim();
     const partial = Boolean(result.partial);
-    u.results.set(result.id, { text, words, partial, echoFree, meant });
+    u.results.set(result.id, { text, words, partial, echoFree, meant, sure });
     if (!result.partial && text) u.lastFinal = text;
     if (this.state === "listening") this.setState("hearing");
     this.guard();
+    if (u.held && !u.bargedIn && this.onlyBackchannels()) this.resume(); // no wait for the end
     this.show();
     this.tick();
   }
@@ -426,6 +461,10 @@ export class TurnTaking {
       return;
     }
     if (this.mode !== "open") return;
+    if (u.held && !u.bargedIn && this.counts().words === 0) {
+      const voiceQuiet = t - (u.lastVoiceAt ?? u.heldAt);
+      if (t - u.heldAt >= o.resumeAfterMs && voiceQuiet >= o.resumeAfterMs) this.resume();
+    }
     const last = Math.max(u.startedAt, u.lastVoiceAt ?? -Infinity, u.lastResultAt ?? -Infinity);
     const quiet = t - last;
     const entries = [...u.results.values()];
@@ -462,34 +501,65 @@ export class TurnTaking {
     let words = 0;
     let echoFree = 0;
     let meant = 0;
+    let sure = 0;
     for (const entry of this.utterance.results.values()) {
       words += entry.words.length;
       echoFree += entry.echoFree;
       meant += entry.meant;
+      sure += entry.sure;
     }
-    return { words, echoFree, meant };
+    return { words, echoFree, meant, sure };
   }
 
-  /** Has the person's speech passed the barge-in guard? Then stop the agent if it speaks. */
+  /** Every result final, with words, none of them the person's own but backchannels (or the
+   * agent's echo): what a hold waits to hear before the agent goes on. */
+  onlyBackchannels() {
+    const entries = [...this.utterance.results.values()];
+    const { words, meant } = this.counts();
+    return words > 0 && meant === 0 && entries.every((entry) => !entry.partial);
+  }
+
+  /** Has the person's speech passed the barge-in guard? Then hold the agent, or stop it. */
   guard() {
     const u = this.utterance;
     if (this.mode !== "open") return;
+    const o = this.options;
+    const { words, echoFree, meant, sure } = this.counts();
     const passing = !u.passed;
     if (passing) {
-      const o = this.options;
-      const { words, echoFree } = this.counts();
       const passed =
         o.bargeInOn === "first-word"
-          ? this.counts().meant > 0 && u.speechMs >= o.minSpeechMs
+          ? meant > 0 && u.speechMs >= o.minSpeechMs
           : u.runMs >= o.bargeInMinSpeechMs && !(words > 0 && echoFree === 0);
       if (!passed) return;
       u.passed = true;
     }
     if (!u.bargedIn && this.agent.speaking()) {
-      u.bargedIn = true;
-      this.emit({ type: "barge-in", reason: this.options.bargeInOn }); // first: silence at once
+      if (o.bargeInOn !== "speech" || sure > 0) {
+        this.bargeIn(); // a word of the person's (in "speech", one the recogniser is sure of)
+      } else if (!u.held && !u.resumed) {
+        u.held = true; // enough voice, no word yet: the agent pauses while the recogniser decides
+        u.heldAt = this.now();
+        this.emit({ type: "hold" });
+      }
     }
     if (passing) this.show(); // what was held back while it might have been echo or noise
+  }
+
+  bargeIn() {
+    const u = this.utterance;
+    u.bargedIn = true;
+    u.held = false;
+    this.emit({ type: "barge-in", reason: this.options.bargeInOn }); // first: silence at once
+  }
+
+  /** The hold was no barge-in: the agent goes on (the utterance is still judged as it ends). */
+  resume() {
+    const u = this.utterance;
+    if (!u.held) return;
+    u.held = false;
+    u.resumed = true;
+    this.emit({ type: "resume" });
   }
 
   /** The live line: hidden while it may be echo or noise over the agent's voice. */
@@ -507,11 +577,13 @@ export class TurnTaking {
     const u = this.utterance;
     const o = this.options;
     const text = this.text();
-    const { words, echoFree } = this.counts();
+    const { words, echoFree, meant } = this.counts();
     const open = this.mode === "open";
     let outcome;
     if (open && u.overlapped && !u.passed) {
       outcome = { type: "ignored", why: words > 0 && echoFree === 0 ? "echo" : "noise", text };
+    } else if (open && u.overlapped && echoFree > 0 && meant === 0) {
+      outcome = { type: "ignored", why: "backchannel", text }; // "Mm-hm." over the agent
     } else if (u.speechMs < o.minSpeechMs) {
       outcome = open
         ? { type: "ignored", why: text ? "no-voice" : "noise", text }
@@ -523,9 +595,11 @@ export class TurnTaking {
     } else {
       outcome = { type: "turn", text, cut };
     }
+    const taken = outcome.type === "turn";
+    if (u.held && taken) this.bargeIn();
+    else if (u.held) this.resume();
     for (const id of u.results.keys()) this.done.add(id);
     this.utterance = freshUtterance();
-    const taken = outcome.type === "turn";
     this.emit({ type: "heard", text: taken ? text : "", final: taken });
     this.emit(outcome);
     if (this.state === "ending") {

@@ -5,6 +5,9 @@
 // click. Only the first frame of a turn, or one that arrives after the audio ran out (a stall),
 // is started a little ahead of "now", the time it takes to hand it to the audio thread.
 // Every scheduled source is kept in a list, so that Stop can silence them all at once.
+// A barge-in that may be a backchannel holds the turn instead (pause, then resume or stop): the
+// audio clock itself is suspended, so the scheduled audio, the word timings and the heard
+// position all wait where they were, and go on from there.
 
 export const SAMPLE_RATE = 24000;
 const LEAD_SECONDS = 0.05; // headroom for a first frame: later ones are chained, not timed
@@ -20,6 +23,7 @@ export class Player {
     this.zeroRun = 0; // exact-zero samples at the end of the audio so far (the pauses)
     this.framesDecoded = 0;
     this.secondsScheduled = 0;
+    this.paused = false; // pause() was called, resume() or stop() not yet
   }
 
   /** The AudioContext, made (or resumed) on a click: browsers let audio start only there. */
@@ -33,6 +37,40 @@ export class Player {
     }
     if (this.context.state === "suspended") this.context.resume();
     return this.context;
+  }
+
+  /** Hold the turn: fade out, then suspend the audio clock (the fade keeps it free of a
+   * click, and costs the listener FADE_SECONDS of audio). Frames must not be scheduled while
+   * paused (schedule() would resume the clock): the caller keeps them until resume(). */
+  pause() {
+    const context = this.context;
+    if (!context || !this.output || this.paused) return;
+    this.paused = true;
+    const now = context.currentTime;
+    this.output.gain.setValueAtTime(this.output.gain.value, now);
+    this.output.gain.linearRampToValueAtTime(0, now + FADE_SECONDS);
+    const output = this.output;
+    setTimeout(() => {
+      if (this.paused && this.output === output) context.suspend();
+    }, FADE_SECONDS * 2000);
+  }
+
+  /** Go on from where pause() held the turn. Resolves once the audio clock runs again, so that
+   * heardAt() maps it to the page's clock anew (the output timestamp is stale until then). */
+  async resume() {
+    const context = this.context;
+    if (!context || !this.paused) return;
+    this.paused = false;
+    await context.resume();
+    if (this.output) {
+      const now = context.currentTime;
+      this.output.gain.setValueAtTime(0, now);
+      this.output.gain.linearRampToValueAtTime(1, now + FADE_SECONDS);
+    }
+    const from = context.currentTime;
+    for (let waited = 0; waited < 300 && context.currentTime <= from; waited += 10) {
+      await new Promise((done) => setTimeout(done, 10));
+    }
   }
 
   /** A new turn: whatever still plays is stopped, the next frame starts a new chain. */
@@ -65,6 +103,10 @@ export class Player {
     this.output = null;
     this.playAt = 0;
     this.zeroRun = 0;
+    if (this.paused) {
+      this.paused = false;
+      context?.resume(); // the next turn plays on a running clock (it ramps this one down)
+    }
   }
 
   /** Schedule one frame of PCM (a DataView of little-endian int16 samples).

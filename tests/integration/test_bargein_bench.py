@@ -76,6 +76,9 @@ async def test_a_short_run_measures_each_scenario_and_the_interruption_cuts(onnx
         "cough": 1,
         "backchannel": 1,
     }
+    for noise in figures["noises"].values():  # a hold that went on is counted apart from a cut
+        assert noise["cut"] + noise["held"] <= noise["turns"]
+        assert noise["paused_ms"]["n"] <= noise["held"]
     assert set(bargein.targets(figures)) == {"latency", "echo", "noises"}
     assert data["settings"]["trials"] == 1 and data["load_average"]["max"] > 0
     assert any(line.startswith("  interruption 1: ") for line in lines)

@@ -39,6 +39,7 @@ import numpy as np
 import pytest
 from chromium_pages import chromium_page
 from loopback_http import LoopbackServer
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from required_tools import needs, needs_modules
 
 from tests.recognizer_double import FixedWordsRecognizer
@@ -446,7 +447,7 @@ async def test_the_transcribe_stream_sends_100_ms_chunks_then_the_end(module_pag
 
 # listening.js driven by a fake clock: audio in 50 ms chunks (voice or not), results, events.
 HARNESS = """
-    const { TurnTaking, LISTENING, wordKey } = await import('./listening.js');
+    const { TurnTaking, LISTENING, isBackchannel, wordKey } = await import('./listening.js');
     const harness = (options = {}) => {
         const clock = { t: 0 };
         const events = [];
@@ -464,7 +465,12 @@ HARNESS = """
                 turns.audio({ ms: 50, voiceMs: voice ? 50 : 0, echoMs: echo ? 50 : 0 });
             }
         };
-        const result = (id, text, partial = true) => turns.result({ id, text, partial, items: [] });
+        // stable (true/false): the words as items, with partial-results stabilization's flag.
+        const result = (id, text, partial = true, stable = null) => turns.result({
+            id, text, partial,
+            items: stable === null ? [] : text.split(' ').map(
+                (content) => ({ type: 'pronunciation', content, stable })),
+        });
         const of = (...types) => events.filter((e) => types.includes(e.type))
             .map(({ at, type, ...rest }) => [at, type, rest]);
         return { clock, events, agent, turns, audio, result, of };
@@ -700,8 +706,10 @@ async def test_barge_in_needs_enough_speech_and_never_comes_from_the_agents_echo
         s.audio(200, true);             // 200 ms: not yet
         s.audio(400);                   // a pause longer than 300 ms: the run starts again
         s.audio(200, true);             // 200 ms again: not yet
-        const before = s.of('barge-in').length;
-        s.audio(50, true);              // 250 ms in this run: stop the agent
+        const before = s.of('barge-in', 'hold').length;
+        s.audio(50, true);              // 250 ms in this run: hold the agent
+        s.audio(300, true);
+        s.result('a', 'Wait,', true, true);  // a stable word of the person's: cut it off
         s.agent.speaking = false;
         s.result('a', 'Wait, stop.', false);
         s.audio(700);
@@ -743,9 +751,9 @@ async def test_barge_in_needs_enough_speech_and_never_comes_from_the_agents_echo
         p.result('a', 'a fox who');
         p.audio(300, true);
         const held = p.of('barge-in').length;
-        p.result('a', 'a fox who no wait');
+        p.result('a', 'a fox who no wait', true, true);
         return {
-            speech: { before, events: s.of('barge-in', 'turn') },
+            speech: { before, events: s.of('hold', 'barge-in', 'turn') },
             cough: { events: c.of('barge-in', 'turn', 'ignored'),
                      shown: c.of('heard').filter(([, , h]) => h.text).length },
             echo: { echoed, events: e.of('barge-in', 'turn', 'ignored') },
@@ -756,8 +764,9 @@ async def test_barge_in_needs_enough_speech_and_never_comes_from_the_agents_echo
     )
     assert out["speech"]["before"] == 0
     assert out["speech"]["events"] == [
-        [850, "barge-in", {"reason": "speech"}],
-        [1100, "turn", {"text": "Wait, stop.", "cut": False}],
+        [850, "hold", {}],
+        [1150, "barge-in", {"reason": "speech"}],
+        [1400, "turn", {"text": "Wait, stop.", "cut": False}],
     ]
     assert out["cough"]["events"] == [
         [1850, "ignored", {"why": "noise", "text": QUESTION}],
@@ -837,8 +846,9 @@ async def test_echo_taken_out_of_the_voice_never_cuts_the_agent_off(module_page)
         h.agent.speaking = true;
         h.turns.start('open');
         h.audio(2000, true, true);
-        const heldBy = { state: h.turns.state, bargeIns: h.of('barge-in').length };
+        const heldBy = { state: h.turns.state, bargeIns: h.of('barge-in', 'hold').length };
         h.audio(250, true);
+        h.result('a', 'Stop', true, true);
         // "first-word": a backchannel, or a word with no voice of the person's under it, is no
         // first word; a word of theirs with their voice is.
         const f = harness({ bargeInOn: 'first-word' });
@@ -859,18 +869,113 @@ async def test_echo_taken_out_of_the_voice_never_cuts_the_agent_off(module_page)
         const echoed = g.of('barge-in').length;
         g.audio(200, true);
         g.result('a', 'thing wait');
-        return { heldBy, events: h.of('barge-in'), backchannel,
+        return { heldBy, events: h.of('hold', 'barge-in'), backchannel,
                  f: f.of('barge-in', 'turn', 'ignored'), echoed, g: g.of('barge-in') };
         """,
     )
     assert out["heldBy"] == {"state": "listening", "bargeIns": 0}
-    assert out["events"] == [[2250, "barge-in", {"reason": "speech"}]]
+    assert out["events"] == [[2250, "hold", {}], [2250, "barge-in", {"reason": "speech"}]]
     assert out["backchannel"] == 0
     assert out["f"] == [
         [950, "ignored", {"why": "noise", "text": "Mm-hmm. Yeah, right. M .H .M .H."}]
     ]
     assert out["echoed"] == 0
     assert out["g"] == [[1150, "barge-in", {"reason": "first-word"}]]  # 150 ms of voice
+
+
+async def test_speech_holds_the_agent_until_the_words_say_whether_it_was_a_barge_in(module_page):
+    """In "speech" mode voice alone pauses the agent; the recogniser's words then cut it off, or
+    let it go on: a backchannel said over it, a sound with no words, an utterance of its echo."""
+    out = await turn_taking(
+        module_page,
+        """
+        const story = 'Once upon a time, there was a fox who lived by the river.'.split(' ');
+        // "Mm-hm." over the agent: held at 250 ms of voice; the final result is a backchannel:
+        // the agent goes on, and nothing is asked.
+        const m = harness();
+        m.agent.speaking = true;
+        m.turns.start('open');
+        m.audio(850, true);
+        m.audio(450);
+        m.result('a', 'Mm-hm.', false);
+        m.audio(500);
+        // Whisper tiny.en on Kokoro's "Mm-hm.": guesses before it settles; an unstable word
+        // ("Champ.") is no cut; the final is all hum.
+        const w = harness();
+        w.agent.speaking = true;
+        w.turns.start('open');
+        w.audio(600, true);
+        w.result('a', 'MMM', true, false);
+        w.audio(300, true);
+        w.result('a', 'MMA Champ.', true, false);
+        w.audio(500);
+        w.result('a', 'MMA -M', true, true);
+        w.result('a', 'MMA -M.', false);
+        w.audio(300);
+        // A sound with no words at all: held, then resumed once the voice was quiet for
+        // resumeAfterMs; a word of the person's after that still cuts the agent off.
+        const n = harness();
+        n.agent.speaking = true;
+        n.turns.start('open');
+        n.audio(400, true);
+        n.audio(1600);
+        const noWords = n.of('hold', 'resume', 'barge-in');
+        n.audio(300, true);
+        n.result('a', 'Actually,', true, true);
+        // The agent's own words recognised under voice the level gate let by: held, then the
+        // utterance is its echo: resumed, not asked.
+        const e = harness();
+        e.agent.speaking = true;
+        e.agent.words = story;
+        e.turns.start('open');
+        e.audio(300, true);
+        e.result('a', 'A fox who lived.', false);
+        e.audio(500);
+        // A question said while the agent speaks, recognised only when it is over (a slow
+        // recogniser): held all along, then cut off as the turn is asked.
+        const q = harness();
+        q.agent.speaking = true;
+        q.turns.start('open');
+        q.audio(1200, true);
+        q.audio(300);
+        q.result('a', 'Yeah, what time is it?', false);
+        q.audio(300);
+        return {
+            mhm: m.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
+            whisper: w.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
+            noWords, afterResume: n.of('barge-in'),
+            echo: e.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
+            question: q.of('hold', 'resume', 'barge-in', 'turn'),
+            resumeAfterMs: LISTENING.resumeAfterMs,
+            backchannels: ['Mm-hmm.', 'MMA', 'MMI', 'Hmm', 'Yeah,', 'Wait', 'Mama', 'Me', 'uh-huh']
+                .map((word) => isBackchannel(wordKey(word))),
+        };
+        """,
+    )
+    assert out["mhm"] == [
+        [250, "hold", {}],
+        [1300, "resume", {}],  # at its final: the end of the turn need not be waited for
+        [1550, "ignored", {"why": "backchannel", "text": "Mm-hm."}],
+    ]
+    assert out["whisper"] == [
+        [250, "hold", {}],
+        [1400, "resume", {}],
+        [1650, "ignored", {"why": "backchannel", "text": "MMA -M."}],
+    ]
+    assert out["resumeAfterMs"] == 1500
+    assert out["backchannels"] == [True, True, True, True, True, False, False, False, True]
+    assert out["noWords"] == [[250, "hold", {}], [1900, "resume", {}]]  # quiet 1.5 s from 400
+    assert out["afterResume"] == [[2300, "barge-in", {"reason": "speech"}]]
+    assert out["echo"] == [
+        [250, "hold", {}],
+        [300, "resume", {}],  # at its final: the agent's own words
+        [550, "ignored", {"why": "echo", "text": "A fox who lived."}],
+    ]
+    assert out["question"] == [
+        [250, "hold", {}],
+        [1500, "barge-in", {"reason": "speech"}],  # its words: at once
+        [1750, "turn", {"text": "Yeah, what time is it?", "cut": False}],
+    ]
 
 
 # --- the page, with the local stack -------------------------------------------------------------
@@ -1112,7 +1217,13 @@ async def test_a_spoken_question_is_transcribed_by_whisper_and_answered(listenin
             await page.goto(f"{local.base_url}/")
             await wait_open(page)
             await page.click("#mic")
-            await until(page, "document.querySelector('#history tbody tr')", TURN)
+            try:
+                await until(page, "document.querySelector('#history tbody tr')", TURN)
+            except PlaywrightTimeoutError:  # what the page and the endpoint saw, to tell why
+                stats = await page.evaluate(LISTENING)
+                counters = local.transcribe.endpoint.counters
+                events = [e for e in stats.pop("events") if e["type"] != "state"][-30:]
+                pytest.fail(f"no turn: {stats=}, {counters=}, {events=}, {wire.sent=}")
             # On a loaded machine Chromium's fake capture can drop audio, and the gap splits
             # the question in two turns (the second speaking over the first): together they
             # are the question, each asked once.

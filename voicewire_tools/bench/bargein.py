@@ -19,7 +19,9 @@ module on its way to the page; the page's other defaults as they are):
   am_michael, a voice the agent never uses). Measured on the page's clock, from the first
   microphone chunk the worklet marked as the person's voice (their first sound as the page
   hears it) to the moment the player stopped the agent's audio
-  (``window.voicewireListening.stats.bargeIn``, app.js); p50 and p95 over ``--trials``.
+  (``window.voicewireListening.stats.bargeIn``, app.js: in "speech" mode the hold's start, when
+  the agent paused on voice alone before the recogniser's first word confirmed the cut); p50
+  and p95 over ``--trials``.
   Target (issue 42, 2 cores): p50 <= 300 ms.
 - **over the agent's echo** (``--over-echo`` times): the same interruption 1 s into a file of
   the agent's echo (below): the harder case, timed from the person's first sound in the file.
@@ -37,7 +39,9 @@ module on its way to the page; the page's other defaults as they are):
   after one is counted apart, not as a wrong cut.
 - **short noises**: a cough (150 ms of shaped noise) and Kokoro's "Mm-hm." (am_michael, 0.85 s
   of voice), each 1 s into the file, ``--noises`` turns each: a cut is a wrong cut. Target:
-  none.
+  none. A hold that went on (the agent paused, the recogniser heard a backchannel or nothing,
+  and it resumed where it paused) is no cut: how many there were and how long they paused is
+  reported beside the cuts, for the echo turns too.
 
 Not a test: figures are printed and written with ``--json``, with the load average while it
 ran. A default run takes about ten minutes on 2 cores; ``--modes``, ``--trials``,
@@ -404,12 +408,15 @@ async def one_turn(
     await page.evaluate(QUIET)
     events = [e for e in stats["events"] if e["at"] >= started["listenAt"]]
     cut = stats["bargeIns"] > before["bargeIns"]
+    held = stats["holds"] > before["holds"]
     hearing = next(
         (e["at"] for e in events if e["type"] == "state" and e["state"] == "hearing"), None
     )
     return {
         "cut": cut,
         "barge_in": stats.get("bargeIn") if cut else None,
+        # "speech" paused the agent on voice alone; resumedAt: it went on (no barge-in)
+        "hold": stats.get("hold") if held else None,
         "asked": asked,
         "started": started,
         "gap_at": now["gap"],  # the agent's voice first had a gap (None: no gap)
@@ -597,11 +604,15 @@ async def echo_turns(
                 {
                     "cut": bool(barge) and not in_gap,
                     "cut_in_gap": in_gap,
+                    "held": turn["hold"] is not None and not barge,
+                    "paused_ms": paused_ms(turn),
                     "echo_delay_ms": delay,
                     "judged_s": max(0.0, judged_to - listened) / 1000,
                 }
             )
             said = "CUT" if results[-1]["cut"] else "not cut"
+            if results[-1]["held"]:
+                said += f" (paused {_ms(results[-1]['paused_ms'])})"
             if in_gap:
                 said = "cut after a gap in the agent's voice (not judged)"
             done(
@@ -667,13 +678,31 @@ async def noise_turns(
         return results
     async with opening as page:
         for number in range(noises):
-            turn = await one_turn(page, NOISE_AT_S + 3.0)
+            turn = await one_turn(page, NOISE_AT_S + 4.0)  # a hold and its resume
+            paused = paused_ms(turn)
             results.append(
-                {"cut": turn["cut"], "max_run_ms": turn["max_run_ms"], "heard": turn["heard"]}
+                {
+                    "cut": turn["cut"],
+                    "held": turn["hold"] is not None and not turn["cut"],
+                    "paused_ms": paused,
+                    "max_run_ms": turn["max_run_ms"],
+                    "heard": turn["heard"],
+                }
             )
             said = "CUT" if turn["cut"] else "not cut"
+            if not turn["cut"] and turn["hold"] is not None:
+                said += f", paused {_ms(paused)} then went on"
             done(f"  {kind} {number + 1}: {said} (heard {turn['heard']!r})")
     return results
+
+
+def paused_ms(turn: dict[str, Any]) -> float:
+    """How long a hold paused the agent before it went on; NaN: no hold, or one that ended in a
+    cut or had not ended when the turn was stopped."""
+    hold = turn["hold"]
+    if not hold or turn["cut"] or hold.get("resumedAt") is None:
+        return math.nan
+    return float(hold["resumedAt"] - hold["heldAt"])
 
 
 def latency_ms(turn: dict[str, Any]) -> float:
@@ -697,11 +726,17 @@ def summarize(
             "turns": len(echo),
             "cut": sum(e["cut"] for e in echo),
             "cut_in_gap": sum(e["cut_in_gap"] for e in echo),  # not judged
+            "held": sum(e["held"] for e in echo),  # paused, then went on
             "judged_s": round(sum(e["judged_s"] for e in echo), 1),
             "delay_ms_p50": _pct(delays, 50),
         },
         "noises": {
-            kind: {"turns": len(trials), "cut": sum(t["cut"] for t in trials)}
+            kind: {
+                "turns": len(trials),
+                "cut": sum(t["cut"] for t in trials),
+                "held": sum(t["held"] for t in trials),  # paused, then went on: no cut
+                "paused_ms": latencies([t["paused_ms"] for t in trials]),
+            }
             for kind, trials in noise.items()
         },
     }
@@ -774,10 +809,12 @@ def print_report(data: dict[str, Any]) -> None:
         print(
             f"    echo: {echo['cut']} cut of {echo['turns']} turns, {echo['judged_s']} s of echo "
             f"judged in all (the echo {echo['delay_ms_p50']} ms late, p50; "
-            f"{echo['cut_in_gap']} more cut after a gap in the agent's voice, not judged): "
-            f"target 0 {word[met['echo']]}"
+            f"{echo['cut_in_gap']} more cut after a gap in the agent's voice, not judged; "
+            f"{echo['held']} paused, then went on): target 0 {word[met['echo']]}"
         )
         noises = ", ".join(
-            f"{kind} {n['cut']} cut of {n['turns']}" for kind, n in figures["noises"].items()
+            f"{kind} {n['cut']} cut of {n['turns']}"
+            + (f" ({n['held']} paused, p50 {n['paused_ms']['p50']} ms)" if n["held"] else "")
+            for kind, n in figures["noises"].items()
         )
         print(f"    short noises: {noises}: target none {word[met['noises']]}")
