@@ -30,8 +30,9 @@
 //     partial's stable one) that is neither the agent's echo nor a backchannel cuts the agent
 //     off (barge-in; the audio stopped when the hold began), and so does a turn; an utterance
 //     that ends as a backchannel ("Mm-hm.", "Yeah."), echo or noise lets the agent go on from
-//     where it paused (resume), as does a hold with no word at all once the voice has been
-//     quiet for resumeAfterMs. LiveKit Agents calls this resuming
+//     where it paused (resume), as does a hold with no word the recogniser is sure of once the
+//     voice has been quiet for resumeAfterMs (a recogniser behind on a busy machine: a word it
+//     is sure of later still cuts the agent off). LiveKit Agents calls this resuming
 //     a false interruption (its turn-handling option resume_false_interruption);
 //   bargeInOn "first-word": a first word recognised (a partial's, stable or not) that is
 //     neither the agent's echo nor a backchannel (isBackchannel: "yeah", a hum "mm-hmm"...), with
@@ -71,7 +72,8 @@ export const LISTENING = Object.freeze({
   bargeInOn: "speech", // or "first-word"
   bargeInMinSpeechMs: 250,
   runGapMs: 300,
-  resumeAfterMs: 1500, // "speech": a hold with no word recognised, the voice quiet this long
+  resumeAfterMs: 1500, // "speech": a hold with no sure word yet, the voice quiet this long
+  minConfidence: 0.15, // a word the recogniser gives less is no word of the person's (a guess)
   minSpeechMs: 150, // an utterance with less voice is not a turn
   noWordsMs: 3000, // voice or a partial, then nothing new for this long: decided as it stands
   releaseWaitMs: 4000, // push-to-talk: the longest wait for the last results after release
@@ -130,18 +132,24 @@ export function resultWords(result) {
   return resultEntries(result).map((entry) => entry.key);
 }
 
-/** A result's words as {key (wordKey's form), sure}: sure when the result is final, or the
- * item is stable (partial-results stabilization: the recogniser will not change it). A
- * partial's unstable tail is a guess: Whisper tiny.en guesses "MMA Champ." for a hum before
- * it settles on "MMA -M.". */
-export function resultEntries(result) {
+/** A result's words as {key (wordKey's form), sure, confident}: sure when the result is final,
+ * or the item is stable (partial-results stabilization: the recogniser will not change it);
+ * confident unless the item's confidence is under minConfidence. A partial's unstable tail is
+ * a guess, and so is a word the recogniser gives little confidence: Whisper tiny.en hears a hum
+ * as "MMA Champ." (0.05 for "Champ.") or "MMA sham.", when the words of real questions and
+ * interruptions get 0.33 and more (docs/results.md). */
+export function resultEntries(result, minConfidence = LISTENING.minConfidence) {
   const final = !result.partial;
   const items = (result.items || []).filter((item) => item.type !== "punctuation");
   const entries = items.length
-    ? items.map((item) => ({ key: wordKey(item.content), sure: final || item.stable === true }))
+    ? items.map((item) => ({
+        key: wordKey(item.content),
+        sure: final || item.stable === true,
+        confident: item.confidence == null || item.confidence >= minConfidence,
+      }))
     : String(result.text || "")
         .split(/\s+/)
-        .map((word) => ({ key: wordKey(word), sure: final }));
+        .map((word) => ({ key: wordKey(word), sure: final, confident: true }));
   return entries.filter((entry) => entry.key);
 }
 
@@ -416,7 +424,7 @@ export class TurnTaking {
   result(result) {
     if (this.state === "idle" || this.done.has(result.id)) return;
     const u = this.utterance;
-    const entries = resultEntries(result);
+    const entries = resultEntries(result, this.options.minConfidence);
     const words = entries.map((entry) => entry.key);
     if (!words.length && !u.results.has(result.id)) return; // nothing heard yet
     const t = this.now();
@@ -431,7 +439,7 @@ export class TurnTaking {
       free = entries.filter((entry) => !agents.has(entry.key));
     }
     const echoFree = free.length;
-    const mine = free.filter((entry) => !isBackchannel(entry.key));
+    const mine = free.filter((entry) => entry.confident && !isBackchannel(entry.key));
     const meant = mine.length; // "first-word"'s words
     const sure = mine.filter((entry) => entry.sure).length; // what ends a hold with a cut
     const text = String(result.text || "").trim();
@@ -461,7 +469,7 @@ export class TurnTaking {
       return;
     }
     if (this.mode !== "open") return;
-    if (u.held && !u.bargedIn && this.counts().words === 0) {
+    if (u.held && !u.bargedIn && this.counts().sure === 0) {
       const voiceQuiet = t - (u.lastVoiceAt ?? u.heldAt);
       if (t - u.heldAt >= o.resumeAfterMs && voiceQuiet >= o.resumeAfterMs) this.resume();
     }

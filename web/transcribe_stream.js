@@ -207,8 +207,9 @@ export function readAudioEvent(frame) {
 }
 
 /** One result of a TranscriptEvent, in the page's words: {id, partial, start, end, text,
- * items: [{content, type, stable, start, end}]}; times in seconds from the stream's start,
- * stable null where the stream was not asked for stabilization. */
+ * items: [{content, type, stable, confidence, start, end}]}; times in seconds from the stream's
+ * start, stable null where the stream was not asked for stabilization, confidence (0-1) null
+ * where the result has none. */
 function pageResult(result) {
   const alternative = (result.Alternatives || [])[0] || {};
   return {
@@ -221,6 +222,7 @@ function pageResult(result) {
       content: item.Content,
       type: item.Type,
       stable: item.Stable ?? null,
+      confidence: item.Confidence ?? null,
       start: item.StartTime,
       end: item.EndTime,
     })),

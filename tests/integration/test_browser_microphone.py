@@ -294,6 +294,7 @@ async def test_the_pages_event_stream_codec_is_pythons_byte_for_byte(module_page
                         type="pronunciation",
                         content="What",
                         stable=True,
+                        confidence=0.92,
                     ),
                     Item(
                         start_time=0.35,
@@ -351,6 +352,7 @@ async def test_the_pages_event_stream_codec_is_pythons_byte_for_byte(module_page
                         "content": "What",
                         "type": "pronunciation",
                         "stable": True,
+                        "confidence": 0.92,
                         "start": 0.05,
                         "end": 0.3,
                     },
@@ -358,6 +360,7 @@ async def test_the_pages_event_stream_codec_is_pythons_byte_for_byte(module_page
                         "content": "time",
                         "type": "pronunciation",
                         "stable": False,
+                        "confidence": None,  # none given
                         "start": 0.35,
                         "end": 0.6,
                     },
@@ -465,12 +468,15 @@ HARNESS = """
                 turns.audio({ ms: 50, voiceMs: voice ? 50 : 0, echoMs: echo ? 50 : 0 });
             }
         };
-        // stable (true/false): the words as items, with partial-results stabilization's flag.
-        const result = (id, text, partial = true, stable = null) => turns.result({
-            id, text, partial,
-            items: stable === null ? [] : text.split(' ').map(
-                (content) => ({ type: 'pronunciation', content, stable })),
-        });
+        // stable (true/false): the words as items, with partial-results stabilization's flag;
+        // confidence: each word's.
+        const result = (id, text, partial = true, stable = null, confidence = null) =>
+            turns.result({
+                id, text, partial,
+                items: stable === null && confidence === null ? [] : text.split(' ').map(
+                    (content, k) => ({ type: 'pronunciation', content, stable,
+                                       confidence: confidence ? confidence[k] : null })),
+            });
         const of = (...types) => events.filter((e) => types.includes(e.type))
             .map(({ at, type, ...rest }) => [at, type, rest]);
         return { clock, events, agent, turns, audio, result, of };
@@ -922,6 +928,24 @@ async def test_speech_holds_the_agent_until_the_words_say_whether_it_was_a_barge
         const noWords = n.of('hold', 'resume', 'barge-in');
         n.audio(300, true);
         n.result('a', 'Actually,', true, true);
+        // A recogniser behind: voice, then only a guess it is not sure of, 1.5 s of quiet:
+        // the agent goes on; the word, once sure, cuts it off.
+        const b = harness();
+        b.agent.speaking = true;
+        b.turns.start('open');
+        b.audio(600, true);
+        b.result('a', 'MMA shell', true, false);
+        b.audio(1500);
+        b.result('a', 'Stop.', false);
+        // A final with a word the recogniser gives little confidence ("sham", 0.05): a guess,
+        // not the person's; the utterance is a hum.
+        const g = harness();
+        g.agent.speaking = true;
+        g.turns.start('open');
+        g.audio(900, true);
+        g.audio(600);
+        g.result('a', 'MMA sham.', false, null, [0.45, 0.05]);
+        g.audio(300);
         // The agent's own words recognised under voice the level gate let by: held, then the
         // utterance is its echo: resumed, not asked.
         const e = harness();
@@ -944,6 +968,8 @@ async def test_speech_holds_the_agent_until_the_words_say_whether_it_was_a_barge
             mhm: m.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
             whisper: w.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
             noWords, afterResume: n.of('barge-in'),
+            behind: b.of('hold', 'resume', 'barge-in'),
+            guess: g.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
             echo: e.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
             question: q.of('hold', 'resume', 'barge-in', 'turn'),
             resumeAfterMs: LISTENING.resumeAfterMs,
@@ -966,6 +992,16 @@ async def test_speech_holds_the_agent_until_the_words_say_whether_it_was_a_barge
     assert out["backchannels"] == [True, True, True, True, True, False, False, False, True]
     assert out["noWords"] == [[250, "hold", {}], [1900, "resume", {}]]  # quiet 1.5 s from 400
     assert out["afterResume"] == [[2300, "barge-in", {"reason": "speech"}]]
+    assert out["guess"] == [
+        [250, "hold", {}],
+        [1500, "resume", {}],
+        [1750, "ignored", {"why": "backchannel", "text": "MMA sham."}],
+    ]
+    assert out["behind"] == [
+        [250, "hold", {}],
+        [2100, "resume", {}],  # 1.5 s after the voice stopped at 600
+        [2100, "barge-in", {"reason": "speech"}],
+    ]
     assert out["echo"] == [
         [250, "hold", {}],
         [300, "resume", {}],  # at its final: the agent's own words
