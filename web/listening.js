@@ -30,9 +30,11 @@
 //     partial's stable one) that is neither the agent's echo nor a backchannel cuts the agent
 //     off (barge-in; the audio stopped when the hold began), and so does a turn; an utterance
 //     that ends as a backchannel ("Mm-hm.", "Yeah."), echo or noise lets the agent go on from
-//     where it paused (resume), as does a hold with no word the recogniser is sure of once the
-//     voice has been quiet for resumeAfterMs (a recogniser behind on a busy machine: a word it
-//     is sure of later still cuts the agent off). LiveKit Agents calls this resuming
+//     where it paused (resume), as does a hold with no word at all once the voice has been
+//     quiet for resumeAfterMs (a sound the recogniser hears nothing in). Words it is not sure of
+//     yet keep the hold until its final result: a recogniser behind on a busy machine (Whisper
+//     beside Kokoro on 2 cores) gives its first partial seconds late, and a resume before it
+//     would make the agent go on for a moment, then stop. LiveKit Agents calls this resuming
 //     a false interruption (its turn-handling option resume_false_interruption);
 //   bargeInOn "first-word": a first word recognised (a partial's, stable or not) that is
 //     neither the agent's echo nor a backchannel (isBackchannel: "yeah", a hum "mm-hmm"...), with
@@ -72,7 +74,8 @@ export const LISTENING = Object.freeze({
   bargeInOn: "speech", // or "first-word"
   bargeInMinSpeechMs: 250,
   runGapMs: 300,
-  resumeAfterMs: 1500, // "speech": a hold with no sure word yet, the voice quiet this long
+  resumeAfterMs: 1500, // "speech": a hold with no word at all, the voice quiet this long
+  sureConfidence: 0.5, // a partial's word this confident is sure, stable or not
   minConfidence: 0.15, // a word the recogniser gives less is no word of the person's (a guess)
   minSpeechMs: 150, // an utterance with less voice is not a turn
   noWordsMs: 3000, // voice or a partial, then nothing new for this long: decided as it stands
@@ -133,18 +136,22 @@ export function resultWords(result) {
 }
 
 /** A result's words as {key (wordKey's form), sure, confident}: sure when the result is final,
- * or the item is stable (partial-results stabilization: the recogniser will not change it);
- * confident unless the item's confidence is under minConfidence. A partial's unstable tail is
+ * the item is stable (partial-results stabilization: the recogniser will not change it) or
+ * its confidence reaches sureConfidence; confident unless its confidence is under
+ * minConfidence. A partial's unstable tail is
  * a guess, and so is a word the recogniser gives little confidence: Whisper tiny.en hears a hum
  * as "MMA Champ." (0.05 for "Champ.") or "MMA sham.", when the words of real questions and
  * interruptions get 0.33 and more (docs/results.md). */
-export function resultEntries(result, minConfidence = LISTENING.minConfidence) {
+export function resultEntries(
+  result,
+  { minConfidence, sureConfidence } = LISTENING, // the options' thresholds
+) {
   const final = !result.partial;
   const items = (result.items || []).filter((item) => item.type !== "punctuation");
   const entries = items.length
     ? items.map((item) => ({
         key: wordKey(item.content),
-        sure: final || item.stable === true,
+        sure: final || item.stable === true || item.confidence >= sureConfidence,
         confident: item.confidence == null || item.confidence >= minConfidence,
       }))
     : String(result.text || "")
@@ -424,7 +431,7 @@ export class TurnTaking {
   result(result) {
     if (this.state === "idle" || this.done.has(result.id)) return;
     const u = this.utterance;
-    const entries = resultEntries(result, this.options.minConfidence);
+    const entries = resultEntries(result, this.options);
     const words = entries.map((entry) => entry.key);
     if (!words.length && !u.results.has(result.id)) return; // nothing heard yet
     const t = this.now();
@@ -469,7 +476,7 @@ export class TurnTaking {
       return;
     }
     if (this.mode !== "open") return;
-    if (u.held && !u.bargedIn && this.counts().sure === 0) {
+    if (u.held && !u.bargedIn && this.counts().words === 0) {
       const voiceQuiet = t - (u.lastVoiceAt ?? u.heldAt);
       if (t - u.heldAt >= o.resumeAfterMs && voiceQuiet >= o.resumeAfterMs) this.resume();
     }

@@ -928,15 +928,15 @@ async def test_speech_holds_the_agent_until_the_words_say_whether_it_was_a_barge
         const noWords = n.of('hold', 'resume', 'barge-in');
         n.audio(300, true);
         n.result('a', 'Actually,', true, true);
-        // A recogniser behind: voice, then only a guess it is not sure of, 1.5 s of quiet:
-        // the agent goes on; the word, once sure, cuts it off.
+        // A recogniser behind: voice, then only a word it is not sure of yet, 2 s of quiet: the
+        // agent stays held (a resume then a cut would stutter); a confident partial word cuts.
         const b = harness();
         b.agent.speaking = true;
         b.turns.start('open');
         b.audio(600, true);
-        b.result('a', 'MMA shell', true, false);
-        b.audio(1500);
-        b.result('a', 'Stop.', false);
+        b.result('a', 'Wait', true, false, [0.3]);
+        b.audio(2000);
+        b.result('a', 'Wait, stop', true, false, [0.3, 0.9]);
         // A final with a word the recogniser gives little confidence ("sham", 0.05): a guess,
         // not the person's; the utterance is a hum.
         const g = harness();
@@ -997,11 +997,7 @@ async def test_speech_holds_the_agent_until_the_words_say_whether_it_was_a_barge
         [1500, "resume", {}],
         [1750, "ignored", {"why": "backchannel", "text": "MMA sham."}],
     ]
-    assert out["behind"] == [
-        [250, "hold", {}],
-        [2100, "resume", {}],  # 1.5 s after the voice stopped at 600
-        [2100, "barge-in", {"reason": "speech"}],
-    ]
+    assert out["behind"] == [[250, "hold", {}], [2600, "barge-in", {"reason": "speech"}]]
     assert out["echo"] == [
         [250, "hold", {}],
         [300, "resume", {}],  # at its final: the agent's own words
