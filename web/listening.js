@@ -30,11 +30,11 @@
 //     partial's stable one) that is neither the agent's echo nor a backchannel cuts the agent
 //     off (barge-in; the audio stopped when the hold began), and so does a turn; an utterance
 //     that ends as a backchannel ("Mm-hm.", "Yeah."), echo or noise lets the agent go on from
-//     where it paused (resume), as does a hold with no word at all once the voice has been
-//     quiet for resumeAfterMs (a sound the recogniser hears nothing in). Words it is not sure of
-//     yet keep the hold until its final result: a recogniser behind on a busy machine (Whisper
-//     beside Kokoro on 2 cores) gives its first partial seconds late, and a resume before it
-//     would make the agent go on for a moment, then stop. LiveKit Agents calls this resuming
+//     where it paused (resume), as does a hold with no word of the person's (none, or only
+//     backchannels and guesses under minConfidence) once the voice has been quiet for
+//     resumeAfterMs: the final result of a recogniser behind on a busy machine (Whisper beside
+//     Kokoro on 2 cores) can come seconds late. A word of theirs not yet sure keeps the hold
+//     until it is: a resume, then a cut, would make the agent go on for a moment, then stop. LiveKit Agents calls this resuming
 //     a false interruption (its turn-handling option resume_false_interruption);
 //   bargeInOn "first-word": a first word recognised (a partial's, stable or not) that is
 //     neither the agent's echo nor a backchannel (isBackchannel: "yeah", a hum "mm-hmm"...), with
@@ -74,7 +74,7 @@ export const LISTENING = Object.freeze({
   bargeInOn: "speech", // or "first-word"
   bargeInMinSpeechMs: 250,
   runGapMs: 300,
-  resumeAfterMs: 1500, // "speech": a hold with no word at all, the voice quiet this long
+  resumeAfterMs: 1500, // "speech": a hold with no word of the person's, the voice quiet this long
   sureConfidence: 0.5, // a partial's word this confident is sure, stable or not
   minConfidence: 0.15, // a word the recogniser gives less is no word of the person's (a guess)
   minSpeechMs: 150, // an utterance with less voice is not a turn
@@ -476,7 +476,7 @@ export class TurnTaking {
       return;
     }
     if (this.mode !== "open") return;
-    if (u.held && !u.bargedIn && this.counts().words === 0) {
+    if (u.held && !u.bargedIn && this.counts().meant === 0) {
       const voiceQuiet = t - (u.lastVoiceAt ?? u.heldAt);
       if (t - u.heldAt >= o.resumeAfterMs && voiceQuiet >= o.resumeAfterMs) this.resume();
     }

@@ -918,6 +918,14 @@ async def test_speech_holds_the_agent_until_the_words_say_whether_it_was_a_barge
         w.result('a', 'MMA -M', true, true);
         w.result('a', 'MMA -M.', false);
         w.audio(300);
+        // ...or it stays on a guess, its final late (a busy machine): the voice quiet 1.5 s, the
+        // agent goes on.
+        const l = harness();
+        l.agent.speaking = true;
+        l.turns.start('open');
+        l.audio(850, true);
+        l.result('a', 'MMA shell', true, false, [0.45, 0.04]);
+        l.audio(1600);
         // A sound with no words at all: held, then resumed once the voice was quiet for
         // resumeAfterMs; a word of the person's after that still cuts the agent off.
         const n = harness();
@@ -967,6 +975,7 @@ async def test_speech_holds_the_agent_until_the_words_say_whether_it_was_a_barge
         return {
             mhm: m.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
             whisper: w.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
+            late: l.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
             noWords, afterResume: n.of('barge-in'),
             behind: b.of('hold', 'resume', 'barge-in'),
             guess: g.of('hold', 'resume', 'barge-in', 'turn', 'ignored'),
@@ -988,6 +997,7 @@ async def test_speech_holds_the_agent_until_the_words_say_whether_it_was_a_barge
         [1400, "resume", {}],
         [1650, "ignored", {"why": "backchannel", "text": "MMA -M."}],
     ]
+    assert out["late"] == [[250, "hold", {}], [2350, "resume", {}]]  # quiet from 850
     assert out["resumeAfterMs"] == 1500
     assert out["backchannels"] == [True, True, True, True, True, False, False, False, True]
     assert out["noWords"] == [[250, "hold", {}], [1900, "resume", {}]]  # quiet 1.5 s from 400
