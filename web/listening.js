@@ -34,12 +34,15 @@
 //     backchannels and guesses under minConfidence) once the voice has been quiet for
 //     resumeAfterMs: the final result of a recogniser behind on a busy machine (Whisper beside
 //     Kokoro on 2 cores) can come seconds late. A word of theirs not yet sure keeps the hold
-//     until it is: a resume, then a cut, would make the agent go on for a moment, then stop. LiveKit Agents calls this resuming
-//     a false interruption (its turn-handling option resume_false_interruption);
+//     until it is: a resume, then a cut, would make the agent go on for a moment, then stop.
+//     LiveKit Agents calls this resuming a false interruption (its turn-handling option
+//     resume_false_interruption). A sure word: a final result's, a partial's stable one, or one
+//     of confidence sureConfidence or more;
 //   bargeInOn "first-word": a first word recognised (a partial's, stable or not) that is
 //     neither the agent's echo nor a backchannel (isBackchannel: "yeah", a hum "mm-hmm"...), with
 //     minSpeechMs of the person's voice under the utterance, cuts the agent off; nothing holds
 //     it before.
+// In both, a word of confidence under minConfidence is a recogniser's guess, not the person's.
 // The person's voice is the worklet's voice less the agent's echo: app.js gives each chunk's
 // echoMs from an EchoGate (below), which compares the microphone's level, 10 ms at a time, with
 // the agent's audio as it was played (the page knows what it plays): sound no louder than the
@@ -53,14 +56,13 @@
 // all backchannels: a backchannel is not a question.
 // Measured with `voicewire bench bargein` on the page in Chromium (docs/results.md, "Barge-in by
 // voice"; 2 cores): "speech" silences the agent 250 ms after the first chunk marked as the
-// person's voice, never cuts it on its own echo (0 in 20 turns, the echo about as loud as the
-// agent: the browser's echo canceller left all of it) nor on a cough; a spoken "Mm-hm." (0.85 s
-// of voice) holds it until the recogniser has heard a backchannel, then it goes on. Before the
-// hold, "Mm-hm" cut it: no rule that stops within 300 ms of voice can tell it from "Wait", but
-// the recogniser can, a second later. "first-word" never holds and waits for the recogniser
-// before it silences anything: 0.5 s p50, seconds at p95 on a loaded machine. Over a loud echo
-// both wait for the echo gate to rule the echo out (1.5-3 s): a loud loudspeaker wants a
-// louder voice.
+// person's voice (p50 and p95), never cuts it on its own echo (0 in 20 turns, the echo about as
+// loud as the agent: the browser's echo canceller left all of it) nor on a cough; a spoken
+// "Mm-hm." (0.85 s of voice) holds it 1.4-2.2 s, then it goes on (0 cuts in 5). No rule that
+// acts within 300 ms of voice can tell "Mm-hm" from "Wait"; the recogniser can, a second later.
+// "first-word" never holds and waits for the recogniser before it silences anything: 0.5 s
+// p50, seconds at p95. Over a loud echo both wait for the echo gate to rule the echo out
+// (1-2 s): a loud loudspeaker wants a louder voice.
 //
 // Every threshold is in LISTENING, the one place to change them (or pass options to TurnTaking);
 // the echo gate's are in ECHO (or pass options to EchoGate).
