@@ -494,8 +494,9 @@ HOLD_MS = 400  # a word stays marked this long after its end, until the next sta
 
 def assert_follows(samples: list[dict], words: list[dict]) -> None:
     """Each sample's word is the one its playback position falls in, by the timings (or the
-    one before, through the short pause after it); the word marked on the page is that one or,
-    a frame late, the one before it."""
+    one before, through the short pause after it); the word marked on the page is that one or
+    one before it, still within a frame of its timing (on a loaded machine a frame may come
+    late enough for two short words to pass: "Once upon a" at 460 ms, "Once" still marked)."""
     assert samples
     for s in samples:
         if s["word"] >= 0:
@@ -505,7 +506,7 @@ def assert_follows(samples: list[dict], words: list[dict]) -> None:
         if s["marked"] >= 0:
             marked = words[s["marked"]]
             assert marked["start"] <= s["ms"] < marked["end"] + HOLD_MS + FRAME_MS, (s, marked)
-            assert s["word"] == -1 or s["marked"] in (s["word"], s["word"] - 1), s
+            assert s["word"] == -1 or s["marked"] <= s["word"], s  # never ahead
     order = [s["marked"] for s in samples if s["marked"] >= 0]
     assert order == sorted(order)  # it only moves on
 
