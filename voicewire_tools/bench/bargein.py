@@ -264,6 +264,28 @@ def write_wav(path: Path, samples: NDArray[np.floating]) -> Path:
     return path
 
 
+class NoAnswerAudio(RuntimeError):
+    """The turn recorded for the echo ended without audio (a failed turn: on a loaded machine
+    the speech container may miss SageMaker's 250 ms accept, which the local runtime enforces)."""
+
+
+RECORD_TRIES = 3
+
+
+async def recorded_answer(
+    url: str, seconds: float, progress: Callable[[str], None]
+) -> NDArray[np.float32]:
+    """record_answer, asked again (at most RECORD_TRIES in all) after a turn that failed."""
+    for attempt in range(1, RECORD_TRIES + 1):
+        try:
+            return await record_answer(url, seconds)
+        except NoAnswerAudio as failed:
+            if attempt == RECORD_TRIES:
+                raise
+            progress(f"{failed}; asking again")
+    raise AssertionError("unreachable")
+
+
 async def record_answer(url: str, seconds: float) -> NDArray[np.float32]:
     """The first ``seconds`` of the agent's answer to PROMPT as the page will hear it (the
     page's defaults: bidi, the default voice, speed 1), as 24 kHz samples; the rest of the turn
@@ -275,6 +297,7 @@ async def record_answer(url: str, seconds: float) -> NDArray[np.float32]:
     from voicewire.client_protocol import decode_audio_frame
 
     audio = bytearray()
+    ended: dict[str, Any] = {}
     async with connect(url, max_size=None) as socket, asyncio.timeout(TURN_WAIT_S + seconds):
         await socket.send(json.dumps({"action": "ask", "prompt": PROMPT, "mode": "bidi"}))
         turn, turn_id = None, None
@@ -291,9 +314,11 @@ async def record_answer(url: str, seconds: float) -> NDArray[np.float32]:
             if data.get("type") == "turn_start":
                 turn, turn_id = data["turn"], data["turn_id"]
             elif data.get("type") in ("turn_end", "error"):
+                ended = data
                 break
     if not audio:
-        raise RuntimeError("the agent's answer could not be recorded: no audio")
+        why = ended.get("error_code") or ended.get("code") or ended.get("status") or "no end"
+        raise NoAnswerAudio(f"the agent's answer could not be recorded: no audio ({why})")
     return np.frombuffer(bytes(audio), "<i2").astype(np.float32) / 32768
 
 
@@ -454,7 +479,7 @@ async def measure(
     """Every scenario in every mode on this stack (listen=True); ``spoken``: Kokoro's 24 kHz
     interruption and backchannel."""
     progress(f"recording the agent's answer to {PROMPT!r} ...")
-    answer = await record_answer(stack.ws_url, RECORD_S + echo.seconds)
+    answer = await recorded_answer(stack.ws_url, RECORD_S + echo.seconds, progress)
     sounds = Sounds(
         interruption=at_wav_rate(spoken[0]),
         backchannel=at_wav_rate(spoken[1]),
