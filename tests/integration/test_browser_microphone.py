@@ -30,7 +30,6 @@ import asyncio
 import base64
 import functools
 import json
-import wave
 import zlib
 from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
@@ -52,6 +51,7 @@ from voicewire.speech_in.transcribe_events import (
     read_audio_event,
     transcript_event,
 )
+from voicewire_tools.bench.bargein import write_wav  # the bench's fake-microphone files
 
 pytestmark = needs("chromium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,16 +86,6 @@ RECORD_LINES = """
 
 
 # --- sound files --------------------------------------------------------------------------------
-
-
-def write_wav(path: Path, samples: np.ndarray, rate: int = WAV_RATE) -> Path:
-    pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
-    with wave.open(str(path), "wb") as file:
-        file.setnchannels(1)
-        file.setsampwidth(2)
-        file.setframerate(rate)
-        file.writeframes(pcm)
-    return path
 
 
 def at_wav_rate(audio: np.ndarray) -> np.ndarray:

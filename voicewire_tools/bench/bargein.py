@@ -254,12 +254,13 @@ def cough(seconds: float = COUGH_S, seed: int = 7) -> NDArray[np.float32]:
     return (0.5 * burst / np.max(np.abs(burst))).astype(np.float32)
 
 
-def write_wav(path: Path, samples: NDArray[np.floating]) -> Path:
+def write_wav(path: Path, samples: NDArray[np.floating], rate: int = WAV_RATE) -> Path:
+    """Mono 16-bit samples in -1..1 as a WAV file (what Chromium's fake microphone plays)."""
     pcm = (np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes()
     with wave.open(str(path), "wb") as file:
         file.setnchannels(1)
         file.setsampwidth(2)
-        file.setframerate(WAV_RATE)
+        file.setframerate(rate)
         file.writeframes(pcm)
     return path
 
