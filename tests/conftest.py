@@ -9,6 +9,7 @@ belongs (``unit_tests_reach_no_network``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import threading
@@ -26,6 +27,7 @@ from speech_server.app import EngineFactory, create_app
 from speech_server.engines import SpeechEngine
 from speech_server.engines.onnx_engine import KokoroOnnxEngine
 from speech_server.settings import EngineSettings
+from speech_server.streamed_vocoder import StreamedVocoder, VocoderSpeed
 from voicewire_tools.local_stack.sagemaker_runtime import (
     INITIAL_RESPONSES as SAGEMAKER_INITIAL_RESPONSES,
 )
@@ -90,6 +92,26 @@ def onnx_engine() -> KokoroOnnxEngine:
     """The real model, as the server loads it by default: assembled from the PyPI parts, with
     Kokoro's official voices from npm (af_heart)."""
     return KokoroOnnxEngine.from_settings(EngineSettings())
+
+
+# The vocoder speed a test's own plan is made from (``planned_engine``).
+PLANNED_SPEED = VocoderSpeed(0.002, 0.005)
+
+
+@pytest.fixture(scope="session")
+def planned_engine(onnx_engine: KokoroOnnxEngine) -> KokoroOnnxEngine:
+    """The session's engine (its sessions shared) with a plan of its own: windows from
+    ``PLANNED_SPEED``, and no measured real-time factor, so the chunk schedule takes it as
+    keeping up (it streams a fast start's first chunk and decodes the others whole). What a test
+    of the windows, the schedule or the word timings sees is then the same on every machine,
+    whatever the machine's tuning record measured (issue 41: a record measured on a busy machine
+    gave five words one window, and two tests failed by it)."""
+    vocoder = onnx_engine.vocoder
+    assert vocoder is not None, "the default engine runs the split graph"
+    planned = StreamedVocoder(vocoder.text_side_session, vocoder.vocoder_session, PLANNED_SPEED)
+    engine = dataclasses.replace(onnx_engine, vocoder=planned, tuning=None)
+    assert engine.real_time_factor is None
+    return engine
 
 
 @dataclass

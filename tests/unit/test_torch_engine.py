@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from torch_standin import Calls, Gpu, fake_modules
+from torch_standin import Calls, Gpu, fake_modules, write_standin_checkpoint
 
 from speech_server.engines import load_engine
 from speech_server.gpu_check import GpuUnavailable, require_cuda
@@ -25,7 +25,7 @@ from speech_server.settings import EngineSettings
 @pytest.fixture
 def model_dir(tmp_path: Path) -> Path:
     (tmp_path / "config.json").write_text("{}")
-    (tmp_path / "kokoro-v1_0.pth").write_bytes(b"weights")
+    write_standin_checkpoint(tmp_path / "kokoro-v1_0.pth")
     rng = np.random.default_rng(3)
     packs = {
         name: rng.standard_normal((510, 1, 256)) for name in ("af_heart", "bf_emma", "jf_alpha")
@@ -165,3 +165,74 @@ def test_a_gpu_whose_kernels_fail_is_refused_too(model_dir, monkeypatch):
     use_standins(monkeypatch, gpu)
     with pytest.raises(GpuUnavailable, match="a CUDA kernel failed: CUDA error: no kernel image"):
         load_engine(EngineSettings(engine="torch", model_dir=model_dir, device="cuda"))
+
+
+# --- a model that loads but does not speak ------------------------------------------------------
+
+
+def test_a_checkpoint_of_other_names_is_refused_not_loaded_at_initial_values(model_dir, calls):
+    """KModel's loader retries with strict=False on any mismatch, loading nothing."""
+    write_standin_checkpoint(model_dir / "kokoro-v1_0.pth", tops=("bert", "predictor"))
+    with pytest.raises(ModelAssetError, match=r"does not fill Kokoro-82M's model: 3 of its 5"):
+        load_engine(EngineSettings(engine="torch", model_dir=model_dir))
+
+
+def test_a_warm_up_that_says_nothing_is_refused(model_dir, calls, monkeypatch):
+    import torch_standin
+
+    spoken = torch_standin.standin_result
+
+    def silent(phonemes: str, speed: float) -> torch_standin.Result:
+        result = spoken(phonemes, speed)
+        result.audio.array[:] = 0.0
+        return result
+
+    monkeypatch.setattr(torch_standin, "standin_result", silent)
+    with pytest.raises(ModelAssetError, match=r"warm-up synthesis of 'Ready\.' is silent"):
+        load_engine(EngineSettings(engine="torch", model_dir=model_dir))
+
+
+@pytest.mark.parametrize(
+    ("audio", "problem"),
+    [
+        (np.full(14_400, np.nan, np.float32), "NaN"),
+        (np.full(1_200, 0.3, np.float32), "lasts 0.05 s"),
+        (np.full(240_000, 0.3, np.float32), "lasts 10.00 s"),
+        (np.zeros(14_400, np.float32), "silent"),
+    ],
+)
+def test_the_warm_ups_audio_must_be_speech_like(audio, problem):
+    from speech_server.engines.torch_engine import require_speech
+
+    with pytest.raises(ModelAssetError, match=problem):
+        require_speech(audio, Path("kokoro-v1_0.pth"))
+    require_speech(np.sin(np.arange(14_400) * 0.05).astype(np.float32) * 0.3, Path("w.pth"))
+
+
+def test_written_words_take_the_phonemes_of_the_tokens_that_spell_them():
+    """misaki's tokens: "don't" is two, "Smith." two; a word ends at a token with whitespace."""
+    from types import SimpleNamespace as Token
+
+    from speech_server.engines.torch_engine import phonemes_by_written_word
+
+    tokens = [
+        Token(text="Do", whitespace="", phonemes="dˈu"),
+        Token(text="n't", whitespace=" ", phonemes="nt"),
+        Token(text="go", whitespace=" ", phonemes="ɡˈO"),
+        Token(text="$", whitespace="", phonemes=""),
+        Token(text="5", whitespace="", phonemes="fˈIv dˈɑləɹz"),
+        Token(text=",", whitespace=" ", phonemes=","),
+        Token(text="Smith", whitespace="", phonemes="smˈɪθ"),
+        Token(text=".", whitespace="", phonemes="."),
+    ]
+    results = [Token(tokens=tokens[:4]), Token(tokens=tokens[4:])]  # split across batches
+    vocabulary = set("dˈuntɡOfIvɑləɹzsmɪθ,. ")
+    assert phonemes_by_written_word("Don't go $5, Smith.", results, vocabulary) == [
+        "dˈunt",
+        "ɡˈO",
+        "fˈIv dˈɑləɹz,",
+        "smˈɪθ.",
+    ]
+    # Tokens that do not spell the text (a preprocessing step changed it), or none at all.
+    assert phonemes_by_written_word("Don't go $5, Smythe.", results, vocabulary) is None
+    assert phonemes_by_written_word("Hola.", [Token(tokens=None)], vocabulary) is None
