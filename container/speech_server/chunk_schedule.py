@@ -77,6 +77,12 @@ class PlaybackClock:
             return 0.0
         return max(0.0, self._playing_until - self._now())
 
+    def runs_out(self, waiting_since: float) -> float:
+        """When the listener hears a gap unless more audio comes: when the queued audio ends
+        (past, if it has already), or ``waiting_since`` when nothing is queued (a new answer:
+        its listener has waited since then). The synthesis thread's deadline."""
+        return waiting_since if self._playing_until is None else self._playing_until
+
     def listening(self) -> bool:
         """Whether a listener is in the middle of this audio: it is playing, or ran out only
         just now (the next piece would be heard as a stall, not as a new answer)."""

@@ -2,7 +2,9 @@
 
 One ``Synthesizer`` per process owns the engine and a single worker thread. The engine uses every
 core for one call (onnxruntime's intra-op threads, or the GPU), so running two calls at once would
-only make both slower; a single thread also keeps engines that are not thread-safe safe.
+only make both slower; a single thread also keeps engines that are not thread-safe safe. Across
+requests (many sessions on one server) that thread takes their steps earliest deadline first: a
+listener who hears nothing yet before one with audio queued (``speech_server.deadline_executor``).
 
 For each request a producer task walks the chunk plan on that thread, up to ``lookahead`` pieces
 ahead of the consumer, while the consumer (the WebSocket or HTTP response) sends the frames of the
@@ -30,7 +32,6 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,6 +43,7 @@ from speech_server.chunk_schedule import (
     PlaybackClock,
     audio_seconds_by_characters,
 )
+from speech_server.deadline_executor import DeadlineExecutor
 from speech_server.engines import SpeechEngine
 from speech_server.word_timings import SpokenWord
 from voicewire.speech_protocol import SAMPLE_WIDTH, CompletionStatus, SynthesisComplete
@@ -110,7 +112,9 @@ class Synthesizer:
             getattr(engine, "real_time_factor", None),
             getattr(engine, "estimated_audio_seconds", audio_seconds_by_characters),
         )
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="synthesis")
+        # One thread, earliest deadline first: a listener who hears nothing yet goes before one
+        # with seconds of audio queued (speech_server.deadline_executor).
+        self._executor = DeadlineExecutor(thread_name_prefix="synthesis")
         # Seconds the synthesis thread has spent in the engine: what loads an instance
         # (speech_server.load_metrics). Written by that one thread only.
         self.busy_seconds = 0.0
@@ -202,14 +206,17 @@ class Synthesizer:
         stats: SynthesisStats,
         word_timings: bool,
     ) -> None:
-        loop = asyncio.get_running_loop()
         bytes_per_second = SAMPLE_WIDTH * self.engine.sample_rate
         pieces = self._request_pieces(text, voice, speed, fast_start, clock, stats, word_timings)
         try:
             # One engine step per call on the synthesis thread, so a cancel or another request's
-            # chunk waits for one vocoder window at most.
+            # chunk waits for one vocoder window at most; each step due when its listener's
+            # audio runs out (at once, for a listener who hears nothing yet).
             while not cancelled.is_set():
-                pcm = await loop.run_in_executor(self._executor, self._step, pieces)
+                step = self._executor.submit(
+                    clock.runs_out(waiting_since=stats.started), self._step, pieces
+                )
+                pcm = await asyncio.wrap_future(step)
                 if pcm is None:
                     break
                 if isinstance(pcm, bytes):
