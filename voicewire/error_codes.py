@@ -28,6 +28,7 @@ class ErrorCode(StrEnum):
     MODEL_LOADING = "model_loading"
     MODEL_LOAD_FAILED = "model_load_failed"
     SYNTHESIS_FAILED = "synthesis_failed"
+    SPEECH_BUSY = "speech_busy"  # both links: a new answer the speech engine cannot speak in time
     # client link (API Gateway WebSocket API)
     UNKNOWN_ACTION = "unknown_action"
     MISSING_PROMPT = "missing_prompt"

@@ -31,6 +31,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from speech_server.chunk_schedule import PlaybackClock
 from speech_server.drain import GOING_AWAY, GOING_AWAY_REASON, Drain, Ending
+from speech_server.engine_share import EngineBusy
 from speech_server.synthesis import SynthesisStats, Synthesizer
 from voicewire.speech_protocol import (
     MAX_PENDING_REQUESTS,
@@ -267,6 +268,19 @@ class BidiSession:
                 try:
                     frame = await anext(frames)
                 except StopAsyncIteration:
+                    break
+                except EngineBusy as busy:  # a new answer, refused before any of it was made
+                    logger.info("session %d: %s refused: %s", self.number, pending.request_id, busy)
+                    status = "failed"
+                    await self.websocket.send_text(
+                        dump_frame(
+                            ErrorFrame(
+                                code=ErrorCode.SPEECH_BUSY,
+                                message=str(busy),
+                                request_id=pending.request_id,
+                            )
+                        )
+                    )
                     break
                 except Exception:
                     # The detail goes to the log, never to the client: it would leak internals

@@ -114,21 +114,33 @@ class ChunkSchedule:
     same cores, as a local stack with a browser has) the engine is slower, so every chunk decoded
     whole is timed (``observe``) and the estimates are scaled by ``load_factor``: how much
     slower than measured the engine has lately been, never taken as faster.
+
+    The engine is also shared: ``sharing`` sessions have a request being synthesized, and the
+    synthesis thread takes their steps in turn, so a chunk is ready after about ``sharing``
+    times its own engine time. Chunks then grow more slowly and stream sooner (the engine
+    "falls behind" for each of them).
     """
 
     real_time_factor: float | None
     estimate: AudioEstimate = field(default=audio_seconds_by_characters)
     load_factor: float = 1.0
+    sharing: int = 1
+
+    def pace(self) -> float | None:
+        """Engine-seconds per second of audio lately, for one session alone (None: unmeasured)."""
+        if self.real_time_factor is None:
+            return None
+        return self.real_time_factor * self.load_factor
 
     @property
     def policy(self) -> ChunkPolicy:
-        if self.real_time_factor is None:
-            return policy_for(None)
-        return policy_for(self.real_time_factor * self.load_factor)
+        pace = self.pace()
+        return policy_for(None if pace is None else pace * max(1, self.sharing))
 
     def synthesis_seconds(self, text: str, voice: str, speed: float) -> float:
-        """Estimated engine time to make ``text`` whole, at the engine's recent pace."""
-        rate = (self.real_time_factor or 0.0) * self.load_factor
+        """Estimated time until ``text`` is made whole, at the engine's recent pace and with
+        the sessions sharing it."""
+        rate = (self.pace() or 0.0) * max(1, self.sharing)
         return rate * self.estimate(text, voice, speed)
 
     def observe(self, text: str, voice: str, speed: float, seconds: float) -> None:

@@ -22,6 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from speech_server.audio_encoding import AUDIO_FORMATS, AudioFormat, encoder_for
+from speech_server.chunk_schedule import PlaybackClock
+from speech_server.engine_share import EngineBusy
 from speech_server.synthesis import SynthesisStats, Synthesizer
 from voicewire.speech_protocol import (
     ErrorCode,
@@ -38,6 +40,7 @@ logger = logging.getLogger(__name__)
 _STATUS_FOR: dict[ErrorCode, int] = {
     ErrorCode.TEXT_TOO_LONG: 413,
     ErrorCode.UNSUPPORTED_FORMAT: 415,
+    ErrorCode.SPEECH_BUSY: 503,
 }
 
 
@@ -55,9 +58,15 @@ async def invocations(request: Request, synthesizer: Synthesizer) -> Response:
         return error_response(ProtocolError(ErrorCode.INVALID_UTF8, "request body is not UTF-8"))
     except ProtocolError as error:
         return error_response(error)
+    clock = PlaybackClock()  # this request's listener
+    if synthesis.fast_start:
+        try:  # refused before the response starts, while a status can still say so
+            synthesizer.admit(clock)
+        except EngineBusy as busy:
+            return error_response(ProtocolError(ErrorCode.SPEECH_BUSY, str(busy)))
 
     sse = "text/event-stream" in request.headers.get("accept", "")
-    stream = _encoded_audio(synthesizer, synthesis, audio_format)
+    stream = _encoded_audio(synthesizer, synthesis, audio_format, clock)
     if sse:
         return StreamingResponse(
             _as_sse(stream, synthesizer, synthesis, audio_format),
@@ -78,7 +87,10 @@ def _audio_format(value: Any) -> AudioFormat:
 
 
 async def _encoded_audio(
-    synthesizer: Synthesizer, synthesis: SynthesisRequest, audio_format: AudioFormat
+    synthesizer: Synthesizer,
+    synthesis: SynthesisRequest,
+    audio_format: AudioFormat,
+    clock: PlaybackClock,
 ) -> AsyncIterator[bytes | SynthesisStats]:
     """Encoded bytes as they come, then the request's stats as the last item."""
     encoder = encoder_for(audio_format, synthesizer.engine.sample_rate)
@@ -89,6 +101,7 @@ async def _encoded_audio(
         synthesis.speed,
         fast_start=synthesis.fast_start,
         stats=stats,
+        clock=clock,
     ):
         if isinstance(pcm, list):  # word timings: not asked for on this path
             continue

@@ -44,6 +44,7 @@ from speech_server.chunk_schedule import (
     audio_seconds_by_characters,
 )
 from speech_server.deadline_executor import DeadlineExecutor
+from speech_server.engine_share import EngineShare, max_engine_load_from_env
 from speech_server.engines import SpeechEngine
 from speech_server.word_timings import SpokenWord
 from voicewire.speech_protocol import SAMPLE_WIDTH, CompletionStatus, SynthesisComplete
@@ -101,7 +102,9 @@ _END = _End()
 
 
 class Synthesizer:
-    def __init__(self, engine: SpeechEngine, lookahead: int = 1) -> None:
+    def __init__(
+        self, engine: SpeechEngine, lookahead: int = 1, max_engine_load: float | None = None
+    ) -> None:
         self.engine = engine
         self.lookahead = lookahead
         self.frame_bytes = int(engine.sample_rate * FRAME_SECONDS) * SAMPLE_WIDTH
@@ -111,6 +114,10 @@ class Synthesizer:
         self.schedule = ChunkSchedule(
             getattr(engine, "real_time_factor", None),
             getattr(engine, "estimated_audio_seconds", audio_seconds_by_characters),
+        )
+        # The sessions the engine speaks for, and whether a new answer fits among them.
+        self.share = EngineShare(
+            max_engine_load if max_engine_load is not None else max_engine_load_from_env()
         )
         # One thread, earliest deadline first: a listener who hears nothing yet goes before one
         # with seconds of audio queued (speech_server.deadline_executor).
@@ -126,6 +133,11 @@ class Synthesizer:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+    def admit(self, clock: PlaybackClock) -> None:
+        """``EngineBusy`` if a new answer on ``clock``'s session would take the engine past
+        what it can speak in time (``speech_server.engine_share``)."""
+        self.share.admit(clock, self.schedule.pace())
 
     def take_first_audio_ms(self) -> list[float]:
         """The first-audio figures of the answers since the last call."""
@@ -154,16 +166,22 @@ class Synthesizer:
         request is cut and streamed the same way only when ``clock`` (the session's audio still
         to play) says its first chunk would otherwise come after that audio has run out.
 
-        Raises whatever the engine raised; stops early, without raising, once ``cancelled`` is set.
+        Raises ``EngineBusy`` before anything is made when a new answer (``fast_start``) would
+        take the engine past what it can speak in time (``speech_server.engine_share``), and
+        whatever the engine raised; stops early, without raising, once ``cancelled`` is set.
         """
         cancelled = cancelled or asyncio.Event()
         stats = stats or SynthesisStats()
         clock = clock or PlaybackClock()
         if fast_start:
+            self.admit(clock)
             clock.stop()  # a new answer: the listener waits for it, whatever was queued before
         ready: asyncio.Queue[bytes | list[SpokenWord] | BaseException | _End] = asyncio.Queue(
             self.lookahead
         )
+        # Counted as speaking from here until its frames are all taken: the engine's share.
+        self.share.started(clock)
+        self.schedule.sharing = self.share.producing()
         producer = asyncio.create_task(
             self._produce(
                 text, voice, speed, ready, cancelled, fast_start, clock, stats, word_timings
@@ -191,6 +209,8 @@ class Synthesizer:
             producer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await producer
+            self.share.finished(clock)
+            self.schedule.sharing = self.share.producing()
             if cancelled.is_set():
                 clock.stop()  # what was made and not sent is never played
 

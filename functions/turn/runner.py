@@ -219,10 +219,13 @@ class TurnRunner:
         except SpeechSessionError as failure:
             logger.warning("speech failed in turn %s: %s", self.spec.turn_id, failure)
             status = "failed"
-            error = ClientError(
-                code=ErrorCode.SPEECH_FAILED,
-                message=f"speech synthesis failed ({failure.code})",
-            )
+            if failure.code == ErrorCode.SPEECH_BUSY:  # refused at its first text: ask again
+                error = ClientError(code=ErrorCode.SPEECH_BUSY, message=failure.message)
+            else:
+                error = ClientError(
+                    code=ErrorCode.SPEECH_FAILED,
+                    message=f"speech synthesis failed ({failure.code})",
+                )
         except Exception:  # a bug or an unforeseen failure: the turn still ends, and says so
             logger.exception("turn %s failed", self.spec.turn_id)
             status = "failed"

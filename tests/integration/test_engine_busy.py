@@ -1,0 +1,80 @@
+"""A speech server speaking as many answers as its engine can: the next new answer is refused at
+once with ``speech_busy`` over the real WebSocket and HTTP routes, the session stays usable, and
+an answer already speaking is never refused (speech_server.engine_share)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+from conftest import start_server
+from speech_client import collect_reply, next_control
+from speech_standin import ToneEngine
+from websockets.asyncio.client import connect
+
+# 10 ms of tone per character: this text plays 1.5 s, made in a moment.
+TEXT = "This answer is long enough to keep its listener busy for a second and a half or so. " * 2
+
+
+class PacedToneEngine(ToneEngine):
+    """The tone engine, with a measured pace: half a second of engine per second of audio."""
+
+    real_time_factor = 0.5
+
+
+@pytest.fixture
+def busy_server(monkeypatch):
+    monkeypatch.setenv("VOICEWIRE_MAX_ENGINE_LOAD", "1.0")  # two answers at 0.5 each
+    running = start_server(PacedToneEngine)
+    yield running
+    running.stop()
+
+
+async def ask(ws, text: str, request_id: str, **fields) -> None:
+    await ws.send(json.dumps({"text": text, "request_id": request_id, **fields}))
+
+
+async def test_a_third_answer_is_refused_at_once_and_its_session_goes_on(busy_server):
+    async with (
+        connect(busy_server.ws_url) as first,
+        connect(busy_server.ws_url) as second,
+        connect(busy_server.ws_url) as third,
+    ):
+        await ask(first, TEXT, "a1")
+        await ask(second, TEXT, "b1")
+        answers = [await collect_reply(first), await collect_reply(second)]
+        assert all(reply.complete["status"] == "complete" for reply in answers)
+        # Both listeners still have their 1.5 s to hear: a third answer would not be in time.
+        await ask(third, TEXT, "c1")
+        assert (await next_control(third))["type"] == "synthesis_start"
+        refused = await next_control(third)
+        assert refused["code"] == "speech_busy" and refused["request_id"] == "c1"
+        assert "speaking 2 other answers" in refused["message"]
+        complete = await next_control(third)
+        assert (complete["type"], complete["status"], complete["audio_bytes"]) == (
+            "synthesis_complete",
+            "failed",
+            0,
+        )
+        # A later text of an answer already speaking is never refused.
+        await ask(first, "And one more thing.", "a2", fast_start=False)
+        assert (await collect_reply(first)).complete["status"] == "complete"
+        # Once the others' audio has played, the same session is served.
+        await asyncio.sleep(3.5)  # their 2.1 s and a2, and the 0.5 s a listener still waits
+        await ask(third, TEXT, "c2")
+        served = await collect_reply(third)
+        assert served.complete["status"] == "complete" and len(served.audio) > 0
+
+
+async def test_a_post_refused_for_the_same_reason_says_so_with_503(busy_server):
+    async with connect(busy_server.ws_url) as first, connect(busy_server.ws_url) as second:
+        await ask(first, TEXT, "a1")
+        await ask(second, TEXT, "b1")
+        await collect_reply(first)
+        await collect_reply(second)
+        async with httpx.AsyncClient(base_url=busy_server.base_url) as client:
+            answer = await client.post("/invocations", json={"text": TEXT})
+    assert answer.status_code == 503
+    assert answer.json()["code"] == "speech_busy"

@@ -1,0 +1,65 @@
+"""Whether a new answer fits on the engine (speech_server.engine_share)."""
+
+from __future__ import annotations
+
+import pytest
+
+from speech_server.chunk_schedule import PlaybackClock
+from speech_server.engine_share import EngineBusy, EngineShare, max_engine_load_from_env
+
+
+class Clock:
+    """A settable time for playback clocks."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_new_answers_are_refused_past_the_engines_load_and_admitted_again_after():
+    time = Clock()
+    share = EngineShare(max_load=1.0)
+    first, second, third = (PlaybackClock(time) for _ in range(3))
+    share.admit(first, 0.4)
+    share.started(first)
+    share.admit(second, 0.4)
+    share.started(second)
+    with pytest.raises(EngineBusy, match=r"speaking 2 other answers; .* 1\.20 engine-seconds"):
+        share.admit(third, 0.4)
+    assert share.refused == 1
+    # The first answer's synthesis ends, but its listener still has audio to hear: it still
+    # speaks, so it still counts.
+    first.add(3.0)
+    share.finished(first)
+    with pytest.raises(EngineBusy):
+        share.admit(third, 0.4)
+    time.now += 5.0  # its audio has played
+    share.admit(third, 0.4)
+
+
+def test_a_sessions_own_answer_is_not_counted_against_its_next_one():
+    share = EngineShare(max_load=1.0)
+    clock = PlaybackClock()
+    share.started(clock)
+    clock.add(2.0)
+    share.admit(clock, 0.9)  # a barge-in's new answer on the same session replaces the old
+
+
+def test_an_engine_with_no_measured_pace_refuses_nothing():
+    share = EngineShare(max_load=1.0)
+    for _ in range(20):
+        clock = PlaybackClock()
+        share.admit(clock, None)
+        share.started(clock)
+    assert share.producing() == 20 and share.refused == 0
+
+
+@pytest.mark.parametrize(("raw", "problem"), [("many", "not a number"), ("0", "above 0")])
+def test_the_limit_from_the_environment_is_checked(monkeypatch, raw, problem):
+    monkeypatch.setenv("VOICEWIRE_MAX_ENGINE_LOAD", raw)
+    with pytest.raises(ValueError, match=problem):
+        max_engine_load_from_env()
+    monkeypatch.setenv("VOICEWIRE_MAX_ENGINE_LOAD", "2.5")
+    assert max_engine_load_from_env() == 2.5
