@@ -6,7 +6,7 @@ synthesized) needs ``real_time_factor`` engine-seconds for each second of its au
 answer is then refused at its first request, with ``speech_busy`` and the reason, before anything
 of it is made, rather than admitted to time out with the others (issue 43: 16 clients on one
 2-core CPU server ended 30 of 48 turns ``turn_timed_out``). An answer already speaking is never
-cut off: only a new one (a fast-start request) is weighed.
+cut off: only a new one (a fast-start request) is weighed, and never one alone on the engine.
 
 ``max_load`` above 1 counts on answers not all being synthesized at the same moment (a turn's
 text arrives at the LLM's pace, and between its chunks its session costs the engine nothing);
@@ -79,6 +79,8 @@ class EngineShare:
         if not real_time_factor:
             return
         others = self.speaking(excluding=clock)
+        if others == 0:
+            return  # alone, an answer is served however slow the engine: refusing helps no one
         load = (others + 1) * real_time_factor
         if load > self.max_load:
             self.refused += 1

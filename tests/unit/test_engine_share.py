@@ -47,6 +47,10 @@ def test_a_sessions_own_answer_is_not_counted_against_its_next_one():
     share.admit(clock, 0.9)  # a barge-in's new answer on the same session replaces the old
 
 
+def test_an_answer_alone_on_the_engine_is_served_however_slow_the_engine():
+    EngineShare(max_load=1.0).admit(PlaybackClock(), 3.0)
+
+
 def test_an_engine_with_no_measured_pace_refuses_nothing():
     share = EngineShare(max_load=1.0)
     for _ in range(20):

@@ -1,6 +1,6 @@
 """``voicewire bench load``: K clients at once, each a three-turn conversation.
 
-    uv run voicewire bench load [--clients 1,4,8,16] [--turns 3] [--json PATH] [--plot PATH]
+    uv run voicewire bench load [--clients 1,2,4,8,16] [--turns 3] [--json PATH] [--plot PATH]
 
 On the local stack (one speech server, as one endpoint instance), K clients connect together and
 each asks ``--turns`` questions in a row (bidi, the replayed LLM's recordings in turn). Per K:
@@ -12,8 +12,14 @@ each asks ``--turns`` questions in a row (bidi, the replayed LLM's recordings in
 - lost or misordered frames: each turn's audio sequence numbers must run 0, 1, 2... without a
   gap and their bytes must add up to its ``turn_end``'s ``audio_bytes`` and ``audio_frames``.
 
-On 2 cores the engine saturates beyond a client or two: first audio then grows with K (turns
-queue for the one synthesis thread), which this shows, while nothing may be lost.
+- turns refused early: a new answer the speech engine could not speak in time is refused at its
+  first text with ``speech_busy`` (``speech_server.engine_share``), and how soon the client
+  knew; every other error counts as one.
+
+On 2 cores the engine saturates beyond a client or two. Its synthesis thread serves first the
+listener who hears nothing yet (``speech_server.deadline_executor``), and past what it can speak
+in time it refuses new answers: the targets (issue 43) are a 4-client p95 first audio within
+1.5x the single client's p50, and at 16 clients no turn timed out (each spoke or was refused).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from voicewire.error_codes import ErrorCode
 from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
 from voicewire.turn_client import ConnectionUrl, TurnResult, run_turn
 from voicewire_tools.bench.machine import describe_machine, machine_line
@@ -41,7 +48,7 @@ QUESTIONS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--clients", default="1,4,8,16", help="comma-separated client counts")
+    parser.add_argument("--clients", default="1,2,4,8,16", help="comma-separated client counts")
     parser.add_argument("--turns", type=int, default=3, help="turns per client, one after another")
 
 
@@ -116,10 +123,13 @@ async def one_load(
     sampling = False
     await sampler
     results = [result for turns_of_one in conversations for result in turns_of_one]
-    first_audio = sorted(r.first("audio") for r in results if r.first("audio") is not None)
-    stalls = [sum(playback_gaps(r)) for r in results]
-    problems = [p for r in results for p in frame_problems(r)]
-    errors = sum(len(r.errors) for r in results) + sum(r.status != "complete" for r in results)
+    refused = [r for r in results if refused_early(r)]
+    served = [r for r in results if not refused_early(r)]
+    first_audio = sorted(r.first("audio") for r in served if r.first("audio") is not None)
+    refused_after = sorted(r.first("error") for r in refused if r.first("error") is not None)
+    stalls = [sum(playback_gaps(r)) for r in served]
+    problems = [p for r in served for p in frame_problems(r)]
+    errors = sum(len(r.errors) for r in served) + sum(r.status != "complete" for r in served)
     codes = Counter(str(e.get("code")) for r in results for e in r.errors)
     statuses = Counter(r.status for r in results)
     audio_seconds = sum(len(r.audio) for r in results) / SAMPLE_WIDTH / SAMPLE_RATE
@@ -131,6 +141,12 @@ async def one_load(
             "p95": first_audio[max(0, round(0.95 * len(first_audio)) - 1)] if first_audio else None,
         },
         "stall_ms": {"total": round(sum(stalls), 1), "max": round(max(stalls, default=0), 1)},
+        "refused": len(refused),
+        "refused_after_ms": {
+            "p50": statistics.median(refused_after) if refused_after else None,
+            "max": refused_after[-1] if refused_after else None,
+        },
+        "timed_out": codes.get(ErrorCode.TURN_TIMED_OUT, 0),
         "errors": errors,
         "error_codes": dict(codes),
         "statuses": dict(statuses),
@@ -141,12 +157,22 @@ async def one_load(
     }
 
 
+def refused_early(result: TurnResult) -> bool:
+    """A turn the speech engine refused at its first text (``speech_busy``), before any audio."""
+    return not result.audio and any(e.get("code") == ErrorCode.SPEECH_BUSY for e in result.errors)
+
+
+def _seconds(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms / 1000:.2f} s"
+
+
 def print_report(data: dict[str, Any]) -> bool:
     print("\n" + machine_line(data["machine"]))
     print(f"\n{data['turns_per_client']} bidi turns per client, one after another")
     print(
         f"  {'clients':>7}{'turns':>7}{'first audio p50':>17}{'p95':>10}{'stalls':>10}"
-        f"{'errors':>8}{'lost/misordered':>17}{'audio s/s':>11}{'peak RSS':>11}"
+        f"{'refused':>9}{'after':>9}{'timed out':>11}{'errors':>8}{'lost/misordered':>17}"
+        f"{'audio s/s':>11}{'peak RSS':>11}"
     )
     clean = True
     for row in data["loads"]:
@@ -154,14 +180,27 @@ def print_report(data: dict[str, Any]) -> bool:
         first, rate = row["first_audio_ms"], row["audio_seconds_per_wall_second"]
         stalls = row["stall_ms"]["total"] / 1000
         print(
-            f"  {row['clients']:>7}{row['turns']:>7}{first['p50'] / 1000:>15.2f} s"
-            f"{first['p95'] / 1000:>8.2f} s{stalls:>8.1f} s"
+            f"  {row['clients']:>7}{row['turns']:>7}{_seconds(first['p50']):>17}"
+            f"{_seconds(first['p95']):>10}{stalls:>8.1f} s{row['refused']:>9}"
+            f"{_seconds(row['refused_after_ms']['p50']):>9}{row['timed_out']:>11}"
             f"{row['errors']:>8}{len(row['frame_problems']):>17}"
             f"{rate:>11.2f}{row['peak_rss_mb'] or 0:>8.0f} MB"
         )
         if row["error_codes"] or set(row["statuses"]) - {"complete"}:
             print(f"  {'':>7}  errors: {row['error_codes']}, turns ended: {row['statuses']}")
-    print("nothing lost, misordered or failed:", "yes" if clean else "NO")
+    print("nothing lost, misordered or failed (refusals aside):", "yes" if clean else "NO")
+    by_clients = {row["clients"]: row for row in data["loads"]}
+    one, four = by_clients.get(1), by_clients.get(4)
+    if one and four and one["first_audio_ms"]["p50"] and four["first_audio_ms"]["p95"]:
+        ratio = four["first_audio_ms"]["p95"] / one["first_audio_ms"]["p50"]
+        verdict = "met" if ratio <= 1.5 else "missed"
+        print(f"4 clients' p95 first audio / 1 client's p50: {ratio:.2f}x (target 1.5x: {verdict})")
+    if sixteen := by_clients.get(16):
+        verdict = "met" if sixteen["timed_out"] == 0 else "missed"
+        print(
+            f"16 clients: {sixteen['timed_out']} turns timed out, {sixteen['refused']} refused "
+            f"early (target: none timed out: {verdict})"
+        )
     return clean
 
 
