@@ -67,3 +67,20 @@ def test_the_limit_from_the_environment_is_checked(monkeypatch, raw, problem):
         max_engine_load_from_env()
     monkeypatch.setenv("VOICEWIRE_MAX_ENGINE_LOAD", "2.5")
     assert max_engine_load_from_env() == 2.5
+
+
+def test_chunks_plan_for_the_sessions_sharing_the_engine():
+    """Four sessions being synthesized: each chunk is ready after about four times its own
+    engine time, so chunks grow more slowly and a chunk streams where one session's would not."""
+    from speech_server.chunk_schedule import ChunkSchedule
+
+    schedule = ChunkSchedule(0.2)
+    clock = PlaybackClock()
+    clock.add(2.0)  # two seconds of audio ahead of the next chunk
+    chunk = "A later sentence of the answer, about two seconds of speech when it is said."
+    alone_growth = schedule.policy.growth
+    assert not schedule.streams(chunk, "af_heart", 1.0, clock)
+    schedule.sharing = 4
+    assert schedule.policy.growth < alone_growth
+    assert schedule.streams(chunk, "af_heart", 1.0, clock)
+    assert schedule.pace() == 0.2  # one session's own pace is what admission weighs
