@@ -6,7 +6,8 @@ synthesized) needs ``real_time_factor`` engine-seconds for each second of its au
 answer is then refused at its first request, with ``speech_busy`` and the reason, before anything
 of it is made, rather than admitted to time out with the others (issue 43: 16 clients on one
 2-core CPU server ended 30 of 48 turns ``turn_timed_out``). An answer already speaking is never
-cut off: only a new one (a fast-start request) is weighed, and never one alone on the engine.
+cut off: only a new answer (a fast-start request on a session that is not speaking) is weighed,
+and never one alone on the engine.
 
 ``max_load`` above 1 counts on answers not all being synthesized at the same moment (a turn's
 text arrives at the LLM's pace, and between its chunks its session costs the engine nothing);
@@ -77,6 +78,10 @@ class EngineShare:
         """``EngineBusy`` if a new answer on ``clock``'s session would take the engine past
         ``max_load``; else nothing."""
         if not real_time_factor:
+            return
+        if clock in self._producing or clock.listening():
+            # Its session is speaking already: a long later sentence cut early, a filler, or a
+            # new answer in place of the one playing; none adds a session to the engine's load.
             return
         others = self.speaking(excluding=clock)
         if others == 0:

@@ -69,9 +69,10 @@ def test_the_limit_from_the_environment_is_checked(monkeypatch, raw, problem):
     assert max_engine_load_from_env() == 2.5
 
 
-def test_chunks_plan_for_the_sessions_sharing_the_engine():
+def test_chunks_grow_more_slowly_for_the_sessions_sharing_the_engine():
     """Four sessions being synthesized: each chunk is ready after about four times its own
-    engine time, so chunks grow more slowly and a chunk streams where one session's would not."""
+    engine time, so later chunks grow more slowly; whether one streams stays its own decode's
+    matter (streaming adds work a shared engine can least afford)."""
     from speech_server.chunk_schedule import ChunkSchedule
 
     schedule = ChunkSchedule(0.2)
@@ -79,8 +80,22 @@ def test_chunks_plan_for_the_sessions_sharing_the_engine():
     clock.add(2.0)  # two seconds of audio ahead of the next chunk
     chunk = "A later sentence of the answer, about two seconds of speech when it is said."
     alone_growth = schedule.policy.growth
-    assert not schedule.streams(chunk, "af_heart", 1.0, clock)
     schedule.sharing = 4
     assert schedule.policy.growth < alone_growth
-    assert schedule.streams(chunk, "af_heart", 1.0, clock)
+    assert not schedule.streams(chunk, "af_heart", 1.0, clock)
     assert schedule.pace() == 0.2  # one session's own pace is what admission weighs
+
+
+def test_a_session_already_speaking_is_not_weighed_again():
+    """A long later sentence is sent with fast_start too: its session is speaking, so it adds
+    nothing to the engine's load and is never refused."""
+    share = EngineShare(max_load=1.0)
+    clocks = [PlaybackClock() for _ in range(3)]
+    for clock in clocks:
+        share.started(clock)
+    share.admit(clocks[0], 0.6)  # being synthesized for
+    share.finished(clocks[1])
+    clocks[1].add(5.0)
+    share.admit(clocks[1], 0.6)  # its audio still playing
+    with pytest.raises(EngineBusy):
+        share.admit(PlaybackClock(), 0.6)  # a new answer on an idle session
