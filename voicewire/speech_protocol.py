@@ -85,6 +85,10 @@ class SynthesisRequest(BaseModel):
     speed: float = Field(default=1.0, strict=True)
     request_id: RequestId | None = None
     fast_start: StrictBool = True
+    # Whether this text begins an answer (the engine weighs a new answer against what it can
+    # speak in time: ``speech_busy``) or continues one (never refused). Absent: a fast-start
+    # text on a session that is not speaking begins one.
+    starts_answer: StrictBool | None = None
     # ``words`` frames for this request (off by default: a client that asks knows the frame).
     word_timings: StrictBool = False
 

@@ -256,6 +256,7 @@ class BidiSession:
             request.voice or self.engine.default_voice,
             request.speed,
             fast_start=request.fast_start,
+            starts_answer=request.starts_answer,
             cancelled=pending.cancelled,
             stats=stats,
             clock=self.clock,

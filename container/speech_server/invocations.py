@@ -59,7 +59,7 @@ async def invocations(request: Request, synthesizer: Synthesizer) -> Response:
     except ProtocolError as error:
         return error_response(error)
     clock = PlaybackClock()  # this request's listener
-    if synthesis.fast_start:
+    if synthesis.fast_start if synthesis.starts_answer is None else synthesis.starts_answer:
         try:  # refused before the response starts, while a status can still say so
             synthesizer.admit(clock)
         except EngineBusy as busy:
@@ -102,6 +102,7 @@ async def _encoded_audio(
         fast_start=synthesis.fast_start,
         stats=stats,
         clock=clock,
+        starts_answer=synthesis.starts_answer,
     ):
         if isinstance(pcm, list):  # word timings: not asked for on this path
             continue

@@ -156,6 +156,7 @@ class Synthesizer:
         stats: SynthesisStats | None = None,
         clock: PlaybackClock | None = None,
         word_timings: bool = False,
+        starts_answer: bool | None = None,
     ) -> AsyncGenerator[bytes | list[SpokenWord]]:
         """Yield s16le PCM frames of at most ``frame_bytes`` as soon as each chunk exists; with
         ``word_timings``, also lists of the words the next frames speak (samples from the start
@@ -166,15 +167,17 @@ class Synthesizer:
         request is cut and streamed the same way only when ``clock`` (the session's audio still
         to play) says its first chunk would otherwise come after that audio has run out.
 
-        Raises ``EngineBusy`` before anything is made when a new answer (``fast_start``) would
-        take the engine past what it can speak in time (``speech_server.engine_share``), and
+        Raises ``EngineBusy`` before anything is made when a new answer (``starts_answer``;
+        absent, a ``fast_start`` request) would take the engine past what it can speak in time
+        (``speech_server.engine_share``), and
         whatever the engine raised; stops early, without raising, once ``cancelled`` is set.
         """
         cancelled = cancelled or asyncio.Event()
         stats = stats or SynthesisStats()
         clock = clock or PlaybackClock()
-        if fast_start:
+        if fast_start if starts_answer is None else starts_answer:
             self.admit(clock)
+        if fast_start:
             clock.stop()  # a new answer: the listener waits for it, whatever was queued before
         ready: asyncio.Queue[bytes | list[SpokenWord] | BaseException | _End] = asyncio.Queue(
             self.lookahead

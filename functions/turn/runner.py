@@ -155,6 +155,7 @@ class TurnRunner:
         self._clock = TurnClock(self.spec.accepted_at)
         # Each speech request sent (what it says) and the turn's audio and words read from them.
         self._audio = TurnAudio(self.spec.turn_id, self.spec.word_timings)
+        self._answer_started = False  # a text of the turn's has gone to the speech server
         self._session: SpeechSession | None = None
         self._announcing: asyncio.Task[None] | None = None  # the turn_start's post
         # When the audio posted so far has played out, if it plays from its posts (monotonic).
@@ -516,12 +517,16 @@ class TurnRunner:
         """Send ``text`` to the speech server in the turn's voice; ``early``: cut its first
         clause off early, if the turn's chunking does (``fast_start``)."""
         speech = await self._speech()
+        # The turn's first text begins its answer: the one a busy engine may refuse at once
+        # (speech_busy); every later one continues it and is never refused.
+        starts_answer, self._answer_started = not self._answer_started, True
         return await speech.send(
             text,
             voice=self.spec.voice,
             speed=self.spec.speed,
             fast_start=self.chunking.fast_start and early,
             word_timings=self.spec.word_timings or None,
+            starts_answer=starts_answer,
         )
 
     async def _request_audio(self, request_id: str) -> AsyncIterator[Words | bytes]:

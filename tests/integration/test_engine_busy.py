@@ -78,3 +78,68 @@ async def test_a_post_refused_for_the_same_reason_says_so_with_503(busy_server):
             answer = await client.post("/invocations", json={"text": TEXT})
     assert answer.status_code == 503
     assert answer.json()["code"] == "speech_busy"
+
+
+async def test_a_text_that_continues_an_answer_is_never_refused_even_on_an_idle_session(
+    busy_server,
+):
+    """``starts_answer: false``: a long later sentence is sent with fast_start too, and its
+    session's audio may have run out while the LLM wrote; the worker says it continues."""
+    async with (
+        connect(busy_server.ws_url) as first,
+        connect(busy_server.ws_url) as second,
+        connect(busy_server.ws_url) as third,
+    ):
+        await ask(first, TEXT, "a1")
+        await ask(second, TEXT, "b1")
+        await collect_reply(first)
+        await collect_reply(second)
+        await ask(third, TEXT, "c1", starts_answer=False)
+        continued = await collect_reply(third)
+        assert continued.complete["status"] == "complete" and continued.audio
+        # And one declared to begin an answer is weighed, fast_start or not.
+        async with connect(busy_server.ws_url) as fourth:
+            await ask(fourth, "A new answer.", "d1", starts_answer=True, fast_start=False)
+            assert (await next_control(fourth))["type"] == "synthesis_start"
+            assert (await next_control(fourth))["code"] == "speech_busy"
+
+
+# --- the worker's side ---------------------------------------------------------------------------
+
+
+async def test_the_worker_marks_only_a_turns_first_text_as_beginning_its_answer(
+    aws, busy_server, monkeypatch
+):
+    from turn_harness import run_turn
+
+    from voicewire.speech_link import session as speech_session
+
+    sent: list[bool | None] = []
+    send = speech_session.SpeechSession.send
+
+    async def recorded(self, text, **options):
+        sent.append(options.get("starts_answer"))
+        return await send(self, text, **options)
+
+    monkeypatch.setattr(speech_session.SpeechSession, "send", recorded)
+    outcome, _, _ = await run_turn(
+        busy_server, "bidi", "Why does streaming make voice agents feel faster?"
+    )
+    assert outcome.status == "complete"
+    assert len(sent) > 2 and sent[0] is True and not any(sent[1:])
+
+
+async def test_a_turn_the_engine_refuses_ends_speech_busy_before_any_audio(aws, busy_server):
+    from turn_harness import run_turn
+
+    async with connect(busy_server.ws_url) as first, connect(busy_server.ws_url) as second:
+        await ask(first, TEXT, "a1")
+        await ask(second, TEXT, "b1")
+        await collect_reply(first)
+        await collect_reply(second)
+        outcome, connection, _ = await run_turn(busy_server, "speak", text="Hello there.")
+    frames = connection.frames()
+    assert not any(isinstance(frame, tuple) for frame in frames)  # no audio
+    error, end = frames[-2], frames[-1]
+    assert error["code"] == "speech_busy" and "ask again" in error["message"]
+    assert end["type"] == "turn_end" and end["status"] == "failed" == outcome.status

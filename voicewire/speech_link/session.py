@@ -128,6 +128,7 @@ class SpeechSession:
         speed: float | None = None,
         fast_start: bool | None = None,
         word_timings: bool | None = None,
+        starts_answer: bool | None = None,
     ) -> str:
         """Queue a text for synthesis without waiting; returns its request id. With
         ``word_timings``, its events include ``WordsFrame``s, each before the audio it times.
@@ -141,6 +142,7 @@ class SpeechSession:
             "speed": speed,
             "fast_start": fast_start,
             "word_timings": word_timings,
+            "starts_answer": starts_answer,
         }
         body = {"text": text, "request_id": request_id}
         body |= {name: value for name, value in options.items() if value is not None}
