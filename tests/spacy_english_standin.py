@@ -5,16 +5,22 @@ tagger giving the Penn Treebank tags misaki reads (punctuation, numbers, closed-
 suffixes). What differs from the trained tagger: homographs (read, live, lead) may take the other
 reading, so phonemes, not timings or the engine's code path, can differ.
 
-``installed(monkeypatch)`` makes ``spacy.load("en_core_web_sm")`` give this pipeline."""
+``installed(monkeypatch)`` makes ``spacy.load("en_core_web_sm")`` give this pipeline in a test;
+``install_in_process()`` does it for a whole process (a server started as the GPU image starts
+it, from a ``sitecustomize.py``: ``sitecustomize_source()``)."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import pytest
 import spacy
 from spacy.language import Language
 from spacy.tokens import Doc
+
+if TYPE_CHECKING:
+    import pytest
 
 MODEL_NAME = "en_core_web_sm"
 
@@ -94,9 +100,9 @@ def english_pipeline() -> Language:
     return nlp
 
 
-def installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``spacy.util.is_package`` and ``spacy.load`` answer for ``en_core_web_sm`` with the
-    pipeline above (other names as spaCy would)."""
+def _answering_for_the_model() -> tuple[Any, Any]:
+    """``spacy.util.is_package`` and ``spacy.load`` that answer for ``en_core_web_sm`` with
+    the pipeline above (other names as spaCy would)."""
     real_is_package, real_load = spacy.util.is_package, spacy.load
 
     def is_package(name: str) -> bool:
@@ -107,5 +113,24 @@ def installed(monkeypatch: pytest.MonkeyPatch) -> None:
             return english_pipeline()
         return real_load(name, *args, **kwargs)
 
+    return is_package, load
+
+
+def installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    is_package, load = _answering_for_the_model()
     monkeypatch.setattr(spacy.util, "is_package", is_package)
     monkeypatch.setattr(spacy, "load", load)
+
+
+def install_in_process() -> None:
+    spacy.util.is_package, spacy.load = _answering_for_the_model()
+
+
+def sitecustomize_source() -> str:
+    """A ``sitecustomize.py`` that installs the stand-in in the process that imports it."""
+    return (
+        "import sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "import spacy_english_standin\n"
+        "spacy_english_standin.install_in_process()\n"
+    )
