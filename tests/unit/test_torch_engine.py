@@ -236,3 +236,16 @@ def test_written_words_take_the_phonemes_of_the_tokens_that_spell_them():
     # Tokens that do not spell the text (a preprocessing step changed it), or none at all.
     assert phonemes_by_written_word("Don't go $5, Smythe.", results, vocabulary) is None
     assert phonemes_by_written_word("Hola.", [Token(tokens=None)], vocabulary) is None
+
+
+def test_names_the_model_does_not_use_are_logged_not_refused(model_dir, calls, caplog):
+    """An older library's checkpoint may carry a buffer no longer saved (``position_ids``)."""
+    import json
+
+    path = model_dir / "kokoro-v1_0.pth"
+    checkpoint = json.loads(path.read_text())
+    checkpoint["bert"]["module.embeddings.position_ids"] = [0]
+    path.write_text(json.dumps(checkpoint))
+    with caplog.at_level(logging.WARNING, logger="speech_server"):
+        load_engine(EngineSettings(engine="torch", model_dir=model_dir))
+    assert any("names KModel does not use" in r.getMessage() for r in caplog.records)

@@ -199,9 +199,11 @@ class KokoroTorchEngine:
 
 def require_filled(model: Any, checkpoint: dict[str, Any], weights: Path) -> None:
     """``ModelAssetError`` unless ``checkpoint`` fills every tensor of ``model`` that Kokoro's
-    release fills, and holds nothing else. KModel's own loader falls back to ``strict=False``
-    on any key mismatch, so a file of other weights (or none of the right names) would load as a
-    model at its initial values, silently."""
+    release fills. KModel's own loader falls back to ``strict=False`` on any key mismatch, so a
+    file of other weights (or none of the right names) would load as a model at its initial
+    values, silently. Names the model does not have are only logged: a checkpoint saved by an
+    older library may carry a buffer that is no longer saved (ALBERT's ``position_ids``), which
+    the loader rightly ignores."""
     expected: set[str] = set()
     for top in MODEL_TOPS:
         for key in getattr(model, top).state_dict():
@@ -211,12 +213,18 @@ def require_filled(model: Any, checkpoint: dict[str, Any], weights: Path) -> Non
     for top, state in checkpoint.items() if isinstance(checkpoint, dict) else ():
         if isinstance(state, dict):
             held.update(f"{top}.{key.removeprefix('module.')}" for key in state)
-    missing, unknown = sorted(expected - held), sorted(held - expected)
-    unknown = [key for key in unknown if not any(part in key for part in LEFT_AT_INITIAL_VALUES)]
-    if missing or unknown:
+    missing = sorted(expected - held)
+    unknown = sorted(
+        key for key in held - expected if not any(part in key for part in LEFT_AT_INITIAL_VALUES)
+    )
+    if missing:
         raise ModelAssetError(
             f"{weights} does not fill Kokoro-82M's model: {len(missing)} of its "
-            f"{len(expected)} tensors missing {missing[:3]}, {len(unknown)} unknown {unknown[:3]}"
+            f"{len(expected)} tensors missing ({', '.join(missing[:3])}...)"
+        )
+    if unknown:
+        logger.warning(
+            "%s holds %d names KModel does not use: %s", weights, len(unknown), unknown[:3]
         )
 
 
