@@ -34,6 +34,7 @@ const HINTS = {
   speech_limit_reached: "The answer reached the spoken-audio limit of a turn.",
   llm_throttled: "The model is throttled: wait a moment and ask again.",
   speech_failed: "The speech service failed: ask again.",
+  speech_busy: "The speech engine is speaking as many answers as it can: ask again in a moment.",
   turn_timed_out: "The turn ran out of time: ask for a shorter answer.",
   state_unavailable: "The session store is busy: ask again.",
 };

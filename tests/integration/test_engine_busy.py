@@ -36,16 +36,22 @@ async def ask(ws, text: str, request_id: str, **fields) -> None:
     await ws.send(json.dumps({"text": text, "request_id": request_id, **fields}))
 
 
+async def two_answers_speaking(first, second) -> None:
+    """Two sessions' answers made, their 1.5 s each still to be heard: the engine (0.5 x 2) is
+    at its limit of 1.0."""
+    await ask(first, TEXT, "a1")
+    await ask(second, TEXT, "b1")
+    answers = [await collect_reply(first), await collect_reply(second)]
+    assert all(reply.complete["status"] == "complete" for reply in answers)
+
+
 async def test_a_third_answer_is_refused_at_once_and_its_session_goes_on(busy_server):
     async with (
         connect(busy_server.ws_url) as first,
         connect(busy_server.ws_url) as second,
         connect(busy_server.ws_url) as third,
     ):
-        await ask(first, TEXT, "a1")
-        await ask(second, TEXT, "b1")
-        answers = [await collect_reply(first), await collect_reply(second)]
-        assert all(reply.complete["status"] == "complete" for reply in answers)
+        await two_answers_speaking(first, second)
         # Both listeners still have their 1.5 s to hear: a third answer would not be in time.
         await ask(third, TEXT, "c1")
         assert (await next_control(third))["type"] == "synthesis_start"
@@ -70,10 +76,7 @@ async def test_a_third_answer_is_refused_at_once_and_its_session_goes_on(busy_se
 
 async def test_a_post_refused_for_the_same_reason_says_so_with_503(busy_server):
     async with connect(busy_server.ws_url) as first, connect(busy_server.ws_url) as second:
-        await ask(first, TEXT, "a1")
-        await ask(second, TEXT, "b1")
-        await collect_reply(first)
-        await collect_reply(second)
+        await two_answers_speaking(first, second)
         async with httpx.AsyncClient(base_url=busy_server.base_url) as client:
             answer = await client.post("/invocations", json={"text": TEXT})
     assert answer.status_code == 503
@@ -90,10 +93,7 @@ async def test_a_text_that_continues_an_answer_is_never_refused_even_on_an_idle_
         connect(busy_server.ws_url) as second,
         connect(busy_server.ws_url) as third,
     ):
-        await ask(first, TEXT, "a1")
-        await ask(second, TEXT, "b1")
-        await collect_reply(first)
-        await collect_reply(second)
+        await two_answers_speaking(first, second)
         await ask(third, TEXT, "c1", starts_answer=False)
         continued = await collect_reply(third)
         assert continued.complete["status"] == "complete" and continued.audio
@@ -133,10 +133,7 @@ async def test_a_turn_the_engine_refuses_ends_speech_busy_before_any_audio(aws, 
     from turn_harness import run_turn
 
     async with connect(busy_server.ws_url) as first, connect(busy_server.ws_url) as second:
-        await ask(first, TEXT, "a1")
-        await ask(second, TEXT, "b1")
-        await collect_reply(first)
-        await collect_reply(second)
+        await two_answers_speaking(first, second)
         outcome, connection, _ = await run_turn(busy_server, "speak", text="Hello there.")
     frames = connection.frames()
     assert not any(isinstance(frame, tuple) for frame in frames)  # no audio

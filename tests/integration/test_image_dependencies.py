@@ -181,6 +181,18 @@ def ping_until_settled(server: subprocess.Popen, url: str, within: float) -> htt
     raise AssertionError(f"/ping did not settle within {within:g} s")
 
 
+def spoken(session, text: str, request_id: str, wait: float) -> tuple[int, dict]:
+    """One request over the bidirectional route: its audio's bytes and its synthesis_complete."""
+    session.send(json.dumps({"text": text, "request_id": request_id}))
+    audio = 0
+    while True:
+        frame = session.recv(timeout=wait)
+        if isinstance(frame, bytes):
+            audio += len(frame)
+        elif json.loads(frame)["type"] == "synthesis_complete":
+            return audio, json.loads(frame)
+
+
 def stop(server: subprocess.Popen) -> str:
     server.terminate()
     try:
@@ -219,15 +231,7 @@ def test_the_cpu_image_runs_the_onnx_engine_on_the_staged_files(tmp_path):
         assert answer.json()["engine"] == "onnx"
         bidi = f"ws://127.0.0.1:{environment['VOICEWIRE_PORT']}/invocations-bidirectional-stream"
         with connect(bidi) as session:
-            session.send(json.dumps({"text": "The image speaks.", "request_id": "r"}))
-            audio = 0
-            while True:
-                frame = session.recv(timeout=60)
-                if isinstance(frame, bytes):
-                    audio += len(frame)
-                elif json.loads(frame)["type"] == "synthesis_complete":
-                    complete = json.loads(frame)
-                    break
+            audio, complete = spoken(session, "The image speaks.", "r", wait=60)
         assert complete["status"] == "complete" and audio == complete["audio_bytes"] > 24_000
     finally:
         log = stop(server)
@@ -304,20 +308,13 @@ def test_the_gpu_image_speaks_with_the_torch_engine_on_real_weights(tmp_path):
         assert answer.status_code == 200, answer.text
         assert answer.json()["engine"] == "torch"
         with connect(f"ws://127.0.0.1:{port}/invocations-bidirectional-stream") as session:
-            spoken = {}
+            seconds = {}
             for request_id, text in (("known", "The image speaks."), ("unknown", "Zyxquoth.")):
-                session.send(json.dumps({"text": text, "request_id": request_id}))
-                audio = 0
-                while True:
-                    frame = session.recv(timeout=120)
-                    if isinstance(frame, bytes):
-                        audio += len(frame)
-                    elif json.loads(frame)["type"] == "synthesis_complete":
-                        assert json.loads(frame)["status"] == "complete"
-                        break
-                spoken[request_id] = audio / 48_000  # seconds of 24 kHz s16le
+                audio, complete = spoken(session, text, request_id, wait=120)
+                assert complete["status"] == "complete"
+                seconds[request_id] = audio / 48_000  # seconds of 24 kHz s16le
     finally:
         log = stop(server)
     assert "Traceback" not in log, log
-    assert spoken["known"] > 0.8, spoken
-    assert spoken["unknown"] > 0.3, spoken  # said through espeak-ng's library, not skipped
+    assert seconds["known"] > 0.8, seconds
+    assert seconds["unknown"] > 0.3, seconds  # said through espeak-ng's library, not skipped
