@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType
 
 MODEL_LOAD_THREAD = "model-load"  # speech_server.app names its loading thread so
@@ -48,12 +49,16 @@ def stop_outside_serving() -> None:
         signal.signal(signum, stop)
 
 
-def end_by_signal_after_serving() -> None:
-    """For once uvicorn gives the signals back: a signal then is one uvicorn recorded (a second
-    one, its forced exit) and raises again, or one that came after the server stopped; the
-    process ends by that signal, as a forced exit always has (a clean drain raises none)."""
+def end_by_signal_after_serving(serving_began: Callable[[], bool]) -> None:
+    """Installed just before uvicorn takes the signals, and put back by uvicorn when it gives
+    them back. Until ``serving_began()`` (a signal in the moment before uvicorn installs its
+    handlers) a stop is the one-line stop above. After it, a signal is one uvicorn recorded (a
+    second one, its forced exit) and raises again, or one that came after the server stopped;
+    the process ends by that signal, as a forced exit always has (a clean drain raises none)."""
 
     def end(signum: int, frame: FrameType | None) -> None:
+        if not serving_began():
+            exit_now(0, f"speech server: stopped ({signal.Signals(signum).name})")
         sys.stderr.flush()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)

@@ -7,11 +7,13 @@ at the drain's deadline). A second signal exits at once.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import socket
 import sys
+from collections.abc import Iterator
 from types import FrameType
 
 import uvicorn
@@ -68,6 +70,15 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.drain = drain
         self.drain_requested = False
+        self.took_signals = False
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # Whether a signal came before uvicorn's handlers were in place: see
+        # process_exit.end_by_signal_after_serving.
+        with super().capture_signals():
+            self.took_signals = True
+            yield
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.drain_requested:
@@ -132,8 +143,10 @@ def serve(host: str, port: int, settings: EngineSettings, log_level: str = "info
         settings.engine,
     )
     stop_with_parent()
-    end_by_signal_after_serving()  # uvicorn saves these and puts them back when it stops
-    DrainingServer(config, drain).run(sockets=[sock])
+    server = DrainingServer(config, drain)
+    # uvicorn saves these handlers and puts them back when it stops.
+    end_by_signal_after_serving(lambda: server.took_signals)
+    server.run(sockets=[sock])
 
 
 def main() -> None:
