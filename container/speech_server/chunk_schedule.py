@@ -10,7 +10,8 @@ chunk is made so that the listener never waits once the audio has started:
   requests, so a pipeline's next sentence knows how much of the previous one is left;
 - a chunk is **decoded whole** when its estimated synthesis time, with ``SAFETY`` to spare, fits
   in what is ahead; else it is **streamed** (``streamed_vocoder``: its first window is out after
-  about ``STREAMED_FIRST_SHARE`` of that time); and a request whose first chunk would come too
+  a share of that time, which the engine says from its window plan on this machine, about
+  ``STREAMED_FIRST_SHARE`` where it cannot); and a request whose first chunk would come too
   late even streamed is **cut like a fast start** (its first clause first, ``chunk_plan``);
 - later chunks of a request grow by what the engine can afford (``policy_for``): at a real-time
   factor ``r``, a chunk ``g`` times longer than the one before costs about ``g * r`` of its
@@ -52,6 +53,7 @@ GROWTH_BUDGET = 0.6  # each later chunk may cost this share of the audio before 
 LOAD_SMOOTHING = 1 / 3  # how far one timed chunk moves the engine's observed pace
 MAX_LOAD_FACTOR = 4.0
 MIN_GROWTH, MAX_GROWTH = 1.25, 3.0
+MIN_CUT_WORDS = 2  # a cut made for time never leaves a single word to be spoken alone
 
 
 class PlaybackClock:
@@ -92,6 +94,13 @@ class PlaybackClock:
 
 
 AudioEstimate = Callable[[str, str, float], float]  # (text, voice, speed) -> seconds of audio
+# Seconds of audio -> a streamed chunk's first audio as a share of its whole decode.
+StreamedShare = Callable[[float], float]
+
+
+def typical_streamed_share(audio_seconds: float) -> float:
+    """What an engine that cannot say its window plan is taken to have."""
+    return STREAMED_FIRST_SHARE
 
 
 def audio_seconds_by_characters(text: str, voice: str, speed: float) -> float:
@@ -123,6 +132,9 @@ class ChunkSchedule:
 
     real_time_factor: float | None
     estimate: AudioEstimate = field(default=audio_seconds_by_characters)
+    # The engine's own (``KokoroOnnxEngine.streamed_first_share``): on a slower CPU a short
+    # chunk's window plan is one window, and streaming it brings nothing forward.
+    streamed_share: StreamedShare = field(default=typical_streamed_share)
     load_factor: float = 1.0
     sharing: int = 1
 
@@ -169,8 +181,27 @@ class ChunkSchedule:
         short like a fast start."""
         if self.real_time_factor is None or not clock.listening():
             return False
-        first_window = STREAMED_FIRST_SHARE * self.synthesis_seconds(first_chunk, voice, speed)
-        return SAFETY * first_window > clock.ahead()
+        return SAFETY * self.first_audio_seconds(first_chunk, voice, speed) > clock.ahead()
+
+    def first_audio_seconds(self, chunk: str, voice: str, speed: float) -> float:
+        """Estimated engine time to ``chunk``'s first audio, streamed."""
+        audio = self.estimate(chunk, voice, speed)
+        return self.streamed_share(audio) * (self.pace() or 0.0) * audio
+
+    def words_in_time(
+        self, text: str, voice: str, speed: float, clock: PlaybackClock, most: int
+    ) -> int:
+        """How many of ``text``'s first words (at most ``most``, at least ``MIN_CUT_WORDS``)
+        can be heard before the audio ahead runs out: the length of a cut made because the
+        listener would otherwise wait (a fast start's ``first_max_words``). On a CPU twice as
+        slow as this one, five words after a three-word first chunk leave a silence."""
+        words = text.split()
+        ahead = clock.ahead()
+        for count in range(min(most, len(words)), MIN_CUT_WORDS, -1):
+            head = " ".join(words[:count])
+            if SAFETY * self.first_audio_seconds(head, voice, speed) <= ahead:
+                return count
+        return MIN_CUT_WORDS
 
 
 def policy_for(real_time_factor: float | None) -> ChunkPolicy:

@@ -49,6 +49,11 @@ work is 1.26-1.56x its whole decode (it was 1.06-1.35x); a chunk decoded whole p
 (``phase_offset``: the cumulative phase the text side computed for the whole chunk), so a window
 that does not start at frame 0 does not reset the harmonics.
 
+On a CPU twice as slow as this project's (a vocoder real-time factor near 0.3) the whole decode
+cannot hide behind a short chunk's first window, and a 5-word chunk is planned as one window;
+what streaming gains there is the chunk schedule's to weigh (``first_audio_share``), and the
+alternatives measured are in docs/decisions.md ("The streamed vocoder on a slower CPU").
+
 A third window would bring the first audio forward by little: the second call must still be
 ready before the first window has played, so the first cannot shrink much, and every seam costs
 correlation. So there are at most two. A request's first chunk is streamed, and so is any chunk
@@ -94,6 +99,9 @@ MIN_FIRST_SPEECH_FRAMES = 16  # 0.2 s: the first window holds at least this much
 SPEED_MARGIN = 1.5  # the second call must be ready with this much time to spare
 WORD_SNAP_FRAMES = 6  # the seam moves up to 75 ms later to fall between words
 DURATION_FRAMES = 2  # the text side's durations count 40 ms: two generator frames
+# The leading pad token's frames, typically (24-36 over 3 texts x 4 voices): what a plan made
+# before the text side has run assumes (``first_audio_share``).
+TYPICAL_LEAD_FRAMES = 28
 # Kokoro's vocabulary: punctuation marks are ids 1-15, the space 16 (kokoro_onnx's DEFAULT_VOCAB).
 WORD_BOUNDARY_TOKENS = frozenset(range(1, 17))
 
@@ -307,6 +315,18 @@ class StreamedVocoder:
     def text_side(self, inputs: dict[str, NDArray[Any]]) -> TextSide:
         durations, features, f0, phase = self.text_side_session.run(None, inputs)
         return TextSide(durations, features, f0, phase, inputs.get("tokens"))
+
+    def first_audio_share(self, frames: int) -> float:
+        """A streamed chunk of ``frames``: its first window's decode over its whole decode, by
+        the plan this machine's speed makes (1.0 when that plan is one window). What the chunk
+        schedule expects of a streamed chunk before its text side exists: on a CPU twice as slow
+        as this one, a 5-word chunk is decoded in one window, and its first audio comes no
+        sooner streamed than whole."""
+        plan = window_plan(frames, TYPICAL_LEAD_FRAMES, self.speed)
+        if len(plan) == 1:
+            return 1.0
+        (_, cut), _ = plan
+        return self.speed.seconds(min(frames, cut + LOOKAHEAD_FRAMES)) / self.speed.seconds(frames)
 
     def plan(self, text: TextSide) -> list[tuple[int, int]]:
         phonemes, words = text.boundaries()

@@ -32,16 +32,17 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from numpy.typing import NDArray
 
-from speech_server.chunk_plan import pause_after, plan_chunks
+from speech_server.chunk_plan import ChunkPolicy, pause_after, plan_chunks
 from speech_server.chunk_schedule import (
     ChunkSchedule,
     PlaybackClock,
     audio_seconds_by_characters,
+    typical_streamed_share,
 )
 from speech_server.deadline_executor import DeadlineExecutor
 from speech_server.engine_share import EngineShare, max_engine_load_from_env
@@ -114,6 +115,7 @@ class Synthesizer:
         self.schedule = ChunkSchedule(
             getattr(engine, "real_time_factor", None),
             getattr(engine, "estimated_audio_seconds", audio_seconds_by_characters),
+            getattr(engine, "streamed_first_share", typical_streamed_share),
         )
         # The sessions the engine speaks for, and whether a new answer fits among them.
         self.share = EngineShare(
@@ -269,15 +271,26 @@ class Synthesizer:
         audio of every chunk before it); with ``word_timings``, each chunk's words moved to the
         request's audio."""
         schedule = self.schedule
+        policy = schedule.policy
         if not fast_start:
             # Cut like a fast start only if its first chunk would come after the audio ahead.
             whole = plan_chunks(text, fast_start=False)
             fast_start = bool(whole) and schedule.needs_fast_start(whole[0], voice, speed, clock)
-        chunks = plan_chunks(text, fast_start=fast_start, policy=schedule.policy)
-        stats.chunks = len(chunks)
+            if fast_start:
+                policy = self._in_time(whole[0], voice, speed, clock)
+        chunks = deque(plan_chunks(text, fast_start=fast_start, policy=policy))
         timed = word_timings and hasattr(self.engine, "synthesize_timed")
         sent = 0  # samples of this request's audio before the chunk
-        for index, chunk in enumerate(chunks):
+        index = -1
+        while chunks:
+            chunk, index = chunks.popleft(), index + 1
+            if index and schedule.needs_fast_start(chunk, voice, speed, clock):
+                # The audio before it runs out before even its first window (a slow CPU after a
+                # one-word first chunk): its first words first, the rest after them.
+                cut = self._in_time(chunk, voice, speed, clock)
+                chunk, *rest = plan_chunks(chunk, fast_start=True, policy=cut)
+                chunks.extendleft(reversed(rest))
+            stats.chunks = index + 1 + len(chunks)
             first_of_fast_start = fast_start and index == 0
             streamed = first_of_fast_start or schedule.streams(chunk, voice, speed, clock)
             chunk_start = sent  # the chunk's words count from its own first sample
@@ -287,6 +300,13 @@ class Synthesizer:
                     yield piece
                 else:
                     yield [word.shifted(chunk_start) for word in piece]
+
+    def _in_time(self, text: str, voice: str, speed: float, clock: PlaybackClock) -> ChunkPolicy:
+        """The plan's policy for a cut made because the listener would wait: its first chunk
+        no longer than the engine can make before the audio ahead runs out."""
+        policy = self.schedule.policy
+        most = self.schedule.words_in_time(text, voice, speed, clock, policy.first_max_words)
+        return replace(policy, first_max_words=most)
 
     def _step(self, pieces: Iterator[bytes | list[SpokenWord]]) -> bytes | list[SpokenWord] | None:
         """Runs on the synthesis thread: the next piece, its engine time counted."""

@@ -368,6 +368,29 @@ def test_capacity_report_prices_a_spoken_minute_and_draws_its_picture(tmp_path: 
     assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_capacity_takes_the_cpu_server_from_the_measured_load_curve():
+    from voicewire_tools.bench.capacity import Chunk, cpu_server_report
+    from voicewire_tools.bench.cpu_server_model import DEFAULT_CURVE, LoadCurve
+
+    curve = LoadCurve.from_json(DEFAULT_CURVE)
+    # A turn whose first text is ready at 0.5 s (the measured p50 is 0.97 s), then three more.
+    chunks = [Chunk(0.5, 1.5, 0), *(Chunk(1.0 + i, 4.0, i + 1) for i in range(3))]
+    report = cpu_server_report(curve, [chunks], turn_cycle_s=30.0)
+    assert report["served_at_once"] == 4  # 8 clients had turns refused
+    assert report["model"]["engine_s_per_audio_s"] == pytest.approx(
+        1 / max(p.audio_s_per_wall_s for p in curve.points)
+    )
+    # Fitted to the single client's measured p50; every load measured has the model beside it.
+    single = report["compared"][0]
+    assert single["model"]["first_audio_p50_s"] == pytest.approx(
+        single["measured"]["first_audio_p50_s"], abs=0.01
+    )
+    assert [row["clients"] for row in report["compared"]] == [p.clients for p in curve.points]
+    # A bench client asks again once its last frame is sent: 4 of them ask for more audio per
+    # second than 4 conversations that listen and think.
+    assert report["conversations_per_server"] > 4
+
+
 def test_chunker_bench_times_the_chunker_on_a_markdown_answer():
     from voicewire_tools.bench import chunker
 

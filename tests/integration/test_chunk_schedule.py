@@ -72,6 +72,45 @@ def test_a_chunk_is_streamed_or_cut_only_when_whole_it_would_come_too_late():
     )  # an engine that keeps up
 
 
+def test_a_request_is_cut_when_the_engines_window_plan_gains_nothing_streamed():
+    # On a CPU twice as slow, a short chunk's plan is one window: streamed, its first audio is
+    # its whole decode. With 0.9 s ahead, the typical share (0.6 of 0.75 s, x 1.3) fits; the
+    # engine's own (1.0) does not, and the request is cut like a fast start.
+    time = ManualTime()
+    clock = PlaybackClock(time)
+    sentence = "x" * 32  # 0.75 s to make
+    typical = ChunkSchedule(real_time_factor=0.3)
+    slow_plan = ChunkSchedule(real_time_factor=0.3, streamed_share=lambda audio: 1.0)
+    clock.add(2.0)
+    time.now = 1.1  # 0.9 s ahead
+    assert not typical.needs_fast_start(sentence, "af_heart", 1.0, clock)
+    assert slow_plan.needs_fast_start(sentence, "af_heart", 1.0, clock)
+    # The share is asked for the chunk's estimated audio (2.5 s here).
+    asked = []
+    ChunkSchedule(0.3, streamed_share=lambda audio: asked.append(audio) or 0.5).needs_fast_start(
+        sentence, "af_heart", 1.0, clock
+    )
+    assert asked == [pytest.approx(2.5)]
+
+
+def test_a_cut_made_for_time_keeps_what_can_be_heard_before_the_audio_runs_out():
+    time = ManualTime()
+    clock = PlaybackClock(time)
+    # 1 s of audio per word, made at 0.25 s per audio second with its first audio at once.
+    schedule = ChunkSchedule(
+        real_time_factor=0.25,
+        estimate=lambda text, voice, speed: float(len(text.split())),
+        streamed_share=lambda audio: 1.0,
+    )
+    words = "one two three four five six seven"
+    clock.add(1.0)  # 1.0 s ahead: 3 words (0.75 s, x 1.3 = 0.975) fit, 4 do not
+    assert schedule.words_in_time(words, "af_heart", 1.0, clock, most=5) == 3
+    clock.add(10.0)
+    assert schedule.words_in_time(words, "af_heart", 1.0, clock, most=5) == 5  # at most
+    time.now = 100.0  # all played: nothing ahead, but a cut never leaves one word alone
+    assert schedule.words_in_time(words, "af_heart", 1.0, clock, most=5) == 2
+
+
 def test_the_schedule_follows_the_engines_pace_under_load():
     time = ManualTime()
     clock = PlaybackClock(time)
@@ -109,8 +148,9 @@ def test_later_chunks_grow_by_what_the_engine_affords():
 class TimedEngine:
     """The real engine, with the real-time factor this machine measured, noting each call."""
 
-    def __init__(self, engine, real_time_factor: float) -> None:
+    def __init__(self, engine, real_time_factor: float, first_share: float = 0.6) -> None:
         self._engine = engine
+        self.first_share = first_share
         self.name, self.sample_rate = engine.name, engine.sample_rate
         self.voices, self.default_voice = engine.voices, engine.default_voice
         self.real_time_factor = real_time_factor
@@ -119,6 +159,9 @@ class TimedEngine:
 
     def estimated_audio_seconds(self, text, voice, speed):
         return self._engine.estimated_audio_seconds(text, voice, speed)
+
+    def streamed_first_share(self, audio_seconds):
+        return self.first_share
 
     def synthesize(self, text, voice, speed):
         self._note("whole", text)
@@ -182,6 +225,40 @@ def test_a_new_answer_starts_fast_whatever_the_clock_held(onnx_engine):
     engine = TimedEngine(onnx_engine, real_time_factor=0.3)
     speak_next_sentence(engine, seconds_ahead=10.0, fast_start=True)
     assert engine.calls[0] == ("streamed", "I'm voicewire,")
+
+
+GREETING = "Hello! I'm voicewire, the voice of your agent. Ask me anything."
+
+
+def speak_request(engine: TimedEngine, text: str) -> bytes:
+    """One new answer (a fast start) on a fresh session."""
+    synthesizer = Synthesizer(engine)
+
+    async def speak() -> bytes:
+        frames = synthesizer.pcm_frames(text, "af_heart", 1.0, fast_start=True, clock=None)
+        return b"".join([frame async for frame in frames])
+
+    try:
+        return asyncio.run(speak())
+    finally:
+        synthesizer.close()
+
+
+def test_a_later_chunk_the_first_ones_audio_cannot_cover_is_cut_at_its_first_clause(onnx_engine):
+    """A slow CPU (its window plan gains nothing on a short chunk streamed): after "Hello!"
+    (0.8 s of audio) the next chunk's first audio would come after that audio has played, so it
+    is cut at its first clause. On a fast one it is made as planned. Nothing is dropped."""
+    slow = TimedEngine(onnx_engine, real_time_factor=0.33, first_share=1.0)
+    speak_request(slow, GREETING)
+    texts = [text for _, text in slow.calls]
+    assert texts[:3] == ["Hello!", "I'm voicewire,", "the voice of your agent."]
+    assert " ".join(texts) == GREETING
+    fast = TimedEngine(onnx_engine, real_time_factor=0.1, first_share=0.4)
+    speak_request(fast, GREETING)
+    assert [text for _, text in fast.calls][:2] == [
+        "Hello!",
+        "I'm voicewire, the voice of your agent.",
+    ]
 
 
 def test_the_engine_estimates_a_texts_audio_by_its_sounds(onnx_engine):

@@ -24,8 +24,10 @@ from speech_server.model_rewrite import fast_model_path
 from speech_server.official_voices import english_or_bundled_voices
 from speech_server.streamed_vocoder import (
     FADE_SAMPLES,
+    LOOKAHEAD_FRAMES,
     MIN_AFTER_CUT_FRAMES,
     MIN_FIRST_SPEECH_FRAMES,
+    TYPICAL_LEAD_FRAMES,
     WORD_SNAP_FRAMES,
     SplitFailed,
     StreamedVocoder,
@@ -197,6 +199,25 @@ def test_a_slower_vocoder_gets_a_longer_first_window():
     slow = window_plan(400, 28, VocoderSpeed(0.004))
     costly_calls = window_plan(400, 28, VocoderSpeed(0.001, 0.1))
     assert fast[0][1] < slow[0][1] and fast[0][1] < costly_calls[0][1]
+
+
+def test_the_first_audio_share_follows_the_plan_this_machines_speed_makes(planned_engine):
+    vocoder = planned_engine.vocoder
+    measured = vocoder.speed
+    try:
+        vocoder.speed = VocoderSpeed(0.0018, 0.005)  # this 2-core AMD EPYC, quiet
+        (_, cut), _ = window_plan(202, TYPICAL_LEAD_FRAMES, vocoder.speed)
+        quick = vocoder.first_audio_share(202)  # a 5-word chunk
+        assert quick == pytest.approx(
+            vocoder.speed.seconds(cut + LOOKAHEAD_FRAMES) / vocoder.speed.seconds(202)
+        )
+        assert quick < 0.7
+        # Twice as slow (measured with a CPU hog on each core): one window, no gain streamed.
+        vocoder.speed = VocoderSpeed(0.00364, 0.004)
+        assert vocoder.first_audio_share(202) == 1.0
+        assert vocoder.first_audio_share(594) < 1.0  # 24 words still gain
+    finally:
+        vocoder.speed = measured
 
 
 def test_the_seam_falls_between_words(planned_engine):

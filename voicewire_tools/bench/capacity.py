@@ -9,7 +9,9 @@ measured where they can be and named where they cannot:
 1. **Measured here** (the real parts, on the CPU): a turn's chunk schedule, from the replayed LLM
    recordings (``events/llm``) through the pipeline's chunker, ``cut_early`` and the speech
    server's chunk plan; each chunk's audio length, from the ONNX engine with the synthesis
-   layer's trim and pauses; the CPU engine's real-time factor.
+   layer's trim and pauses; the CPU engine's real-time factor. And one CPU speech server under
+   load, from ``bench load``'s measured curve (``--load-curve``, ``cpu_server_model``): what it
+   served at once, and a model of it fed from that curve, beside each measured load.
 2. **The seed's GPU figures**: on ml.g5.xlarge the seed measured 329.3 ms to the first audio of
    its whole case (one synthesis call) and 156.7 ms for its first sentence alone. With the two
    texts' audio lengths (measured here: the same model gives the same durations), a line through
@@ -24,9 +26,10 @@ connections and messages, DynamoDB writes, cost per 1,000 spoken minutes.
 
 **By simulation** (``simulate``, SimPy): sessions arrive at random (Poisson), each a conversation
 of turns; each turn's chunks reach its instance at their measured times and queue for the one
-synthesis thread an instance has (the speech server's), first come first served across sessions,
-as the server does. Out come first-audio p50/p95 and playback stalls against load and instance
-count, and autoscaled runs under a ramp: the stack's target tracking (open sessions and the
+synthesis thread an instance has (the speech server's), earliest deadline first across sessions,
+as the server does (``speech_server.deadline_executor``: a listener who hears nothing yet before
+one whose audio is queued). Out come first-audio p50/p95 and playback stalls against load and
+instance count, and autoscaled runs under a ramp: the stack's target tracking (open sessions and the
 engine's busy share per instance, as the container publishes them: out after 2 minutes over
 either target, in after 15 under both, a new instance serving after ``provision_s``) against
 the invocation count the stack used to track.
@@ -54,6 +57,7 @@ import simpy
 from functions.turn import cut_early
 from speech_server.chunk_plan import pause_after, plan_chunks
 from voicewire.chunker import IncrementalSentenceChunker
+from voicewire_tools.bench.cpu_server_model import DEFAULT_CURVE, CpuServer, LoadCurve, compare
 from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import write_json
 
@@ -150,6 +154,18 @@ class MeasuredInputs:
     gpu_fixed_s: float
     seed_audio_s: tuple[float, float]  # the seed's whole case and its first sentence
     sources: dict[str, str] = field(default_factory=dict)
+    # The answers bench load's questions get, in its order (its clients cycle through them):
+    # what the CPU server's model replays. Empty: ``answers``.
+    load_answers: list[list[Chunk]] = field(default_factory=list)
+
+
+def load_bench_answers() -> list[str]:
+    """The recordings ``bench load``'s questions are answered with, in its order."""
+    from functions.adapters.replay_llm import ReplayBedrockClient
+    from voicewire_tools.bench.load import QUESTIONS
+
+    replay = ReplayBedrockClient()
+    return [replay.choose(question).name for question in QUESTIONS]
 
 
 def measure_inputs(engine: Any) -> MeasuredInputs:
@@ -157,19 +173,22 @@ def measure_inputs(engine: Any) -> MeasuredInputs:
     from speech_server.synthesis import trim_silence
 
     voice = engine.default_voice
-    answers: dict[str, list[Chunk]] = {}
+    measured: dict[str, list[Chunk]] = {}
     busy = audio_total = 0.0
-    for answer in ANSWERS:
+    load_order = load_bench_answers()
+    for answer in dict.fromkeys([*ANSWERS, *load_order]):
         chunks = []
         for index, (ready, sentence, fast_start) in enumerate(turn_requests(answer)):
             for piece in plan_chunks(sentence, fast_start=fast_start):
                 started = time.perf_counter()
                 audio = trim_silence(engine.synthesize(piece, voice, 1.0), engine.sample_rate)
-                busy += time.perf_counter() - started
                 seconds = len(audio) / engine.sample_rate + pause_after(piece)
-                audio_total += seconds
+                if answer in ANSWERS:
+                    busy += time.perf_counter() - started
+                    audio_total += seconds
                 chunks.append(Chunk(ready, seconds, index))
-        answers[answer] = chunks
+        measured[answer] = chunks
+    answers = {answer: measured[answer] for answer in ANSWERS}
     whole_text = "".join(text for _, text in recorded_deltas("four_sentences"))
     first_sentence = turn_requests("four_sentences")[0][1]
     whole_audio, first_audio = (
@@ -185,6 +204,7 @@ def measure_inputs(engine: Any) -> MeasuredInputs:
         gpu_real_time_factor=per_audio_second,
         gpu_fixed_s=SEED_GPU_FIRST_SENTENCE_MS / 1000 - per_audio_second * first_audio,
         seed_audio_s=(whole_audio, first_audio),
+        load_answers=[measured[answer] for answer in load_order],
         sources={
             "chunks": "measured here: recordings -> chunker -> chunk plan -> ONNX engine",
             "cpu_real_time_factor": f"measured here ({describe_machine()['cpu']})",
@@ -288,7 +308,7 @@ class TurnRecord:
 
 @dataclass
 class Instance:
-    engine: simpy.Resource
+    engine: simpy.PriorityResource
     ready_at: float
     sessions: int = 0  # conversations with a session open here (what OpenSessions counts)
     requests: int = 0  # synthesis requests started (what InvocationsPerInstance would count)
@@ -303,7 +323,7 @@ class Deployment:
         self, env: simpy.Environment, instances: int, routing: str, rng: random.Random
     ) -> None:
         self.env, self.routing, self.rng = env, routing, rng
-        self.instances = [Instance(simpy.Resource(env, 1), 0.0) for _ in range(instances)]
+        self.instances = [Instance(simpy.PriorityResource(env, 1), 0.0) for _ in range(instances)]
 
     def serving(self) -> list[Instance]:
         return [i for i in self.instances if i.ready_at <= self.env.now]
@@ -364,8 +384,8 @@ def simulate(
             return current
         return scenario.sessions_per_minute
 
-    def synthesize(instance: Instance, chunk: Chunk) -> Any:
-        with instance.engine.request() as slot:
+    def synthesize(instance: Instance, chunk: Chunk, deadline: float) -> Any:
+        with instance.engine.request(priority=deadline) as slot:
             yield slot
             instance.requests += 1
             seconds = assumptions.engine_call_s + chunk.audio_s * inputs.gpu_real_time_factor
@@ -382,7 +402,10 @@ def simulate(
             ready = start + chunk.ready_s  # the recording's pace: the LLM's first token included
             if env.now < ready:
                 yield env.timeout(ready - env.now)
-            yield env.process(synthesize(instance, chunk))
+            # The deadline (PlaybackClock.runs_out): since when the listener has waited for
+            # the first audio, then when the queued audio ends.
+            deadline = ready if first_audio is None else playing_until
+            yield env.process(synthesize(instance, chunk, deadline))
             heard = env.now + assumptions.link_overhead_s
             if first_audio is None:
                 first_audio, playing_until = heard - start, heard
@@ -440,7 +463,7 @@ def simulate(
                 wanted = math.ceil(len(live) * max(ratios))
                 for _ in range(min(scenario.max_instances, wanted) - len(deployment.instances)):
                     deployment.instances.append(
-                        Instance(simpy.Resource(env, 1), env.now + assumptions.provision_s)
+                        Instance(simpy.PriorityResource(env, 1), env.now + assumptions.provision_s)
                     )
                 last_change, over = env.now, 0
             elif under >= 15 and len(live) > 1 and env.now - last_change >= 900:
@@ -501,6 +524,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=",".join(map(str, LOADS)),
         help="new sessions per minute, comma-separated",
     )
+    parser.add_argument(
+        "--load-curve",
+        type=Path,
+        default=DEFAULT_CURVE,
+        help="a `voicewire bench load --json` file: one CPU server measured, the CPU instance's "
+        "figures (default: the one docs/capacity.md cites)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
@@ -538,6 +568,11 @@ def capacity_report(
     ramp_top = max(loads)
     ramp = [(0.0, ramp_top / 8), (1800.0, ramp_top / 2), (3600.0, ramp_top)]
     paper = paper_model(inputs, assumptions)
+    cpu_server = cpu_server_report(
+        LoadCurve.from_json(Path(getattr(args, "load_curve", None) or DEFAULT_CURVE)),
+        inputs.load_answers or list(inputs.answers.values()),
+        paper["turn_cycle_s"],
+    )
     from stacks import scaling_targets as stack
 
     hours = args.ramp_hours
@@ -605,6 +640,7 @@ def capacity_report(
         "limits": LIMITS,
         "prices": PRICES,
         "paper": paper,
+        "cpu_server": cpu_server,
         "stack_targets": {
             "sessions_per_instance": stack.TARGET_SESSIONS_PER_INSTANCE,
             "engine_busy_percent": stack.TARGET_ENGINE_BUSY_PERCENT,
@@ -612,6 +648,30 @@ def capacity_report(
         "routing": args.routing,
         "sweep": sweep,
         "autoscaled": autoscaled,
+    }
+
+
+def cpu_server_report(
+    curve: LoadCurve, answers: list[list[Chunk]], turn_cycle_s: float
+) -> dict[str, Any]:
+    """One CPU speech server, from the load bench's measured curve (``cpu_server_model``):
+    what it served at once, what that holds of conversations, and the model fed from the curve
+    beside each measured load."""
+    server = CpuServer.from_curve(curve, answers)
+    served = curve.served_at_once()
+    return {
+        "curve": curve.source,
+        "machine": curve.machine,
+        "served_at_once": served.clients if served else 0,
+        "turn_s_at_that_load": served.turn_s if served else None,
+        "conversations_per_server": curve.conversations_per_server(turn_cycle_s),
+        "model": {
+            "engine_s_per_audio_s": server.engine_s_per_audio_s,
+            "fixed_s": server.fixed_s,
+            "max_load": server.max_load,
+            "sources": server.sources,
+        },
+        "compared": compare(curve, server, answers),
     }
 
 
@@ -637,6 +697,24 @@ def print_report(report: dict[str, Any]) -> None:
         f"{report['assumptions']['utilization']:.0%} engine use "
         f"({paper['sessions_per_cpu_instance']:.1f} per 2-core CPU instance)"
     )
+    cpu = report["cpu_server"]
+    model = cpu["model"]
+    print(
+        f"one CPU speech server, measured ({cpu['curve']}, {cpu['machine'].get('cpu', '?')}, "
+        f"{cpu['machine'].get('cores', '?')} cores): {cpu['served_at_once']} clients at once "
+        f"all spoken, {cpu['conversations_per_server']:.1f} conversations by their turn cycle; "
+        f"the model fed from it: {model['engine_s_per_audio_s']:.3f} engine s per audio s, "
+        f"{model['fixed_s'] * 1000:.0f} ms fixed"
+    )
+    print(f"  {'clients':>7} | {'measured p50 / p95, refused':>28} | model p50 / p95, refused")
+    for row in cpu["compared"]:
+        measured, modelled = row["measured"], row["model"]
+        print(
+            f"  {row['clients']:>7} | {_s(measured['first_audio_p50_s'])} / "
+            f"{_s(measured['first_audio_p95_s'])}, {measured['refused']:>3} | "
+            f"{_s(modelled['first_audio_p50_s'])} / {_s(modelled['first_audio_p95_s'])}, "
+            f"{modelled['refused']:>3}"
+        )
     per_1000 = paper["per_1000_concurrent_sessions"]
     print(
         f"  per 1,000 concurrent sessions: {per_1000['gpu_instances']:.1f} GPU instances, "
@@ -685,6 +763,10 @@ def print_report(report: dict[str, Any]) -> None:
             f"stalled turns {auto['stalled_turns']:.0%}, up to {peak} instances, "
             f"{auto['instance_hours']:.1f} instance-hours"
         )
+
+
+def _s(seconds: float | None) -> str:
+    return "     -" if seconds is None else f"{seconds:5.2f} s"
 
 
 def plot(report: dict[str, Any], path: str) -> None:

@@ -194,6 +194,15 @@ class KokoroOnnxEngine:
         estimate; ~0.3 ms). Blocking, on the engine's thread: espeak-ng is not thread-safe."""
         return audio_seconds_by_phonemes(len(self._phonemes(text, voice)), speed)
 
+    def streamed_first_share(self, audio_seconds: float) -> float:
+        """A streamed chunk of ``audio_seconds`` (the estimate above): its first audio's share
+        of its whole decode on this machine (the chunk schedule's; 1.0 without a streamed
+        vocoder)."""
+        if self.vocoder is None:
+            return 1.0
+        frames = max(1, round(audio_seconds * SAMPLE_RATE / SAMPLES_PER_FRAME))
+        return self.vocoder.first_audio_share(frames)
+
     def _phonemes(self, text: str, voice: str) -> str:
         """espeak-ng's phonemes of ``text`` in the voice's language, spaces collapsed."""
         lang = self.lang or describe_voice(voice).espeak
