@@ -11,8 +11,10 @@ and never one alone on the engine.
 
 ``max_load`` above 1 counts on answers not all being synthesized at the same moment (a turn's
 text arrives at the LLM's pace, and between its chunks its session costs the engine nothing);
-``VOICEWIRE_MAX_ENGINE_LOAD`` sets it, ``bench load`` measures what it buys. An engine with no
-measured real-time factor (the torch engine on a GPU, a test's stand-in) refuses nothing here.
+``VOICEWIRE_MAX_ENGINE_LOAD`` sets it, ``bench load`` measures what it buys. The pace is the
+caller's (``Synthesizer.pace``): the engine's measured real-time factor followed under load, or,
+for an engine that measured none (the torch engine on a GPU), the pace observed once it has made
+a few seconds of audio; before that, nothing is refused.
 """
 
 from __future__ import annotations

@@ -52,6 +52,9 @@ from voicewire.speech_protocol import SAMPLE_WIDTH, CompletionStatus, SynthesisC
 
 FIRST_AUDIO_KEPT = 10_000  # first-audio figures held between two reports (a minute's worth)
 FRAME_SECONDS = 0.2  # 9,600 bytes of 24 kHz s16le: fine-grained for cancel, small overhead
+# An engine with no measured speed is weighed by its observed pace once it has made this much
+# audio (a few answers' worth; the first calls of a GPU's kernels are over by then).
+OBSERVED_PACE_AFTER_SECONDS = 3.0
 SILENCE_THRESHOLD = 0.01  # |sample| below this, at the ends of a chunk, is silence
 EDGE_PAD_SECONDS = 0.015  # keep a little room so onsets and final consonants are not clipped
 
@@ -127,6 +130,9 @@ class Synthesizer:
         # Seconds the synthesis thread has spent in the engine: what loads an instance
         # (speech_server.load_metrics). Written by that one thread only.
         self.busy_seconds = 0.0
+        # Seconds of audio it has made: with busy_seconds, the engine's pace as observed, what
+        # new answers are weighed by when the engine measured none (``pace``).
+        self.audio_seconds_made = 0.0
         # Each answer's first audio (a fast-start request: its listener waits), in ms from the
         # request's start to its first frame, until the load reporter takes them: what the
         # endpoint's first-audio alarm watches (speech_server.load_metrics). Bounded: with no
@@ -139,7 +145,21 @@ class Synthesizer:
     def admit(self, clock: PlaybackClock) -> None:
         """``EngineBusy`` if a new answer on ``clock``'s session would take the engine past
         what it can speak in time (``speech_server.engine_share``)."""
-        self.share.admit(clock, self.schedule.pace())
+        self.share.admit(clock, self.pace())
+
+    def pace(self) -> float | None:
+        """Engine-seconds per second of audio: the measured one followed under load (the ONNX
+        engine's, ``ChunkSchedule.pace``), else, for an engine that measured none (the torch
+        engine on a GPU), what this synthesizer has observed once it has made
+        ``OBSERVED_PACE_AFTER_SECONDS`` of audio. The chunk schedule keeps taking such an engine
+        as keeping up; only the engine share weighs new answers by it, so that a GPU server
+        past what it can speak refuses them early too."""
+        measured = self.schedule.pace()
+        if measured is not None:
+            return measured
+        if self.audio_seconds_made < OBSERVED_PACE_AFTER_SECONDS:
+            return None
+        return self.busy_seconds / self.audio_seconds_made
 
     def take_first_audio_ms(self) -> list[float]:
         """The first-audio figures of the answers since the last call."""
@@ -311,10 +331,14 @@ class Synthesizer:
     def _step(self, pieces: Iterator[bytes | list[SpokenWord]]) -> bytes | list[SpokenWord] | None:
         """Runs on the synthesis thread: the next piece, its engine time counted."""
         started = time.perf_counter()
+        piece = None
         try:
-            return next(pieces, None)
+            piece = next(pieces, None)
+            return piece
         finally:
             self.busy_seconds += time.perf_counter() - started
+            if isinstance(piece, bytes):
+                self.audio_seconds_made += len(piece) / SAMPLE_WIDTH / self.engine.sample_rate
 
     def _render(
         self, chunk: str, voice: str, speed: float, *, streamed: bool, timed: bool = False

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import httpx
 import pytest
@@ -102,6 +103,44 @@ async def test_a_text_that_continues_an_answer_is_never_refused_even_on_an_idle_
             await ask(fourth, "A new answer.", "d1", starts_answer=True, fast_start=False)
             assert (await next_control(fourth))["type"] == "synthesis_start"
             assert (await next_control(fourth))["code"] == "speech_busy"
+
+
+class UnmeasuredToneEngine(ToneEngine):
+    """An engine that measured no speed (as the torch engine on a GPU): half a second of
+    compute per second of its audio, which only the synthesizer can observe."""
+
+    def synthesize(self, text, voice, speed):
+        audio = super().synthesize(text, voice, speed)
+        time.sleep(0.5 * len(audio) / self.sample_rate)
+        return audio
+
+
+def test_an_engine_that_measured_no_speed_is_weighed_by_the_pace_observed():
+    from speech_server.chunk_schedule import PlaybackClock
+    from speech_server.engine_share import EngineBusy
+    from speech_server.synthesis import OBSERVED_PACE_AFTER_SECONDS, Synthesizer
+
+    synthesizer = Synthesizer(UnmeasuredToneEngine(), max_engine_load=1.0)
+    try:
+
+        async def speak(text: str) -> None:
+            async for _ in synthesizer.pcm_frames(text, "af_heart", 1.0, clock=PlaybackClock()):
+                pass
+
+        speaking = [PlaybackClock(), PlaybackClock()]
+        for clock in speaking:
+            clock.add(60.0)  # two other answers with a minute still to be heard
+            synthesizer.share.started(clock)
+            synthesizer.share.finished(clock)
+        synthesizer.admit(PlaybackClock())  # nothing observed yet: taken as keeping up
+        while synthesizer.audio_seconds_made < OBSERVED_PACE_AFTER_SECONDS:
+            asyncio.run(speak(TEXT))
+        assert synthesizer.pace() == pytest.approx(0.5, rel=0.25)
+        with pytest.raises(EngineBusy, match="speaking 2 other answers"):
+            synthesizer.admit(PlaybackClock())  # 3 x 0.5 is over 1.0
+        assert synthesizer.schedule.pace() is None  # the chunk plan still takes it as keeping up
+    finally:
+        synthesizer.close()
 
 
 # --- the worker's side ---------------------------------------------------------------------------
