@@ -12,7 +12,9 @@ chunk is made so that the listener never waits once the audio has started:
   in what is ahead; else it is **streamed** (``streamed_vocoder``: its first window is out after
   a share of that time, which the engine says from its window plan on this machine, about
   ``STREAMED_FIRST_SHARE`` where it cannot); and a request whose first chunk would come too
-  late even streamed is **cut like a fast start** (its first clause first, ``chunk_plan``);
+  late even streamed is **cut like a fast start** (its first clause or words first, no more
+  words than can be heard before the audio ahead runs out: ``words_in_time``, ``chunk_plan``),
+  as is a later chunk of a request that the audio before it cannot cover;
 - later chunks of a request grow by what the engine can afford (``policy_for``): at a real-time
   factor ``r``, a chunk ``g`` times longer than the one before costs about ``g * r`` of its
   audio, so the growth is ``GROWTH_BUDGET / r``, within ``[MIN_GROWTH, MAX_GROWTH]``;

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Container, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -56,13 +56,21 @@ class SpokenWord:
     text: str
     start: int
     end: int
+    # Where its last run of phonemes begins, when known: the pause Kokoro folds into a phrase's
+    # end lies after it, and a word spoken as several runs ("$29.99": "twenty-nine dollars and
+    # ninety-nine cents") has pauses of its own before it (``ended_by_audio``).
+    last_run_start: int | None = field(default=None, compare=False)
 
     def shifted(self, by: int, limit: int | None = None) -> SpokenWord:
         """Moved ``by`` samples, and kept within ``[0, limit]`` (the audio that was kept)."""
         start, end = self.start + by, self.end + by
+        last = None if self.last_run_start is None else self.last_run_start + by
         if limit is not None:
             start, end = min(start, limit), min(end, limit)
-        return SpokenWord(self.text, max(0, start), max(0, end))
+            last = None if last is None else min(last, limit)
+        return SpokenWord(
+            self.text, max(0, start), max(0, end), None if last is None else max(0, last)
+        )
 
 
 @dataclass(frozen=True)
@@ -201,9 +209,8 @@ class WordTimer:
         words = []
         while self._told < len(self._plan) and self._plan[self._told].stop <= len(self._runs):
             word = self._plan[self._told]
-            words.append(
-                SpokenWord(word.text, self._runs[word.first].start, self._runs[word.stop - 1].end)
-            )
+            last = self._runs[word.stop - 1]
+            words.append(SpokenWord(word.text, self._runs[word.first].start, last.end, last.start))
             self._told += 1
         return words
 
@@ -218,17 +225,27 @@ def ended_by_audio(
     its last loud sample, the silence after a sentence inside its last word), so without this a
     word heard to its end would not be counted heard until the pause had played too. A word
     whose span runs past the known audio is moved only when the known part already ends in
-    ``QUIET_TAIL_SAMPLES`` of quiet (its pause has begun); else it keeps the predicted end."""
+    ``QUIET_TAIL_SAMPLES`` of quiet inside its last run of phonemes (its pause has begun); else
+    it keeps the predicted end. A quiet before its last run is a pause inside the word ("$29.99"
+    between "dollars" and "ninety-nine": ended there, it measured 0.9 s short)."""
     moved = []
     for word in words:
         span = audio[max(0, word.start - offset) : max(0, word.end - offset)]
         loud = np.flatnonzero(np.abs(span) > LOUD)
         end = word.end
         whole = word.end - offset <= len(audio)
-        if loud.size and (whole or len(span) - int(loud[-1]) - 1 >= QUIET_TAIL_SAMPLES):
+        if loud.size and (whole or _pause_begun(word, span, int(loud[-1]))):
             end = min(word.end, word.start + int(loud[-1]) + 1 + END_PAD_SAMPLES)
-        moved.append(SpokenWord(word.text, word.start, end))
+        moved.append(SpokenWord(word.text, word.start, end, word.last_run_start))
     return moved
+
+
+def _pause_begun(word: SpokenWord, known: NDArray[np.float32], last_loud: int) -> bool:
+    """Whether the known part of ``word`` (``known``, from its start) ends in the pause after
+    it: quiet for ``QUIET_TAIL_SAMPLES`` since its last loud sample, that sample in its last run."""
+    quiet = len(known) - last_loud - 1 >= QUIET_TAIL_SAMPLES
+    in_last_run = word.last_run_start is None or word.start + last_loud >= word.last_run_start
+    return quiet and in_last_run
 
 
 def written_words(text: str) -> list[str]:

@@ -358,3 +358,22 @@ def test_a_words_end_comes_from_its_audio_once_its_pause_has_begun():
     # Counted from ``offset``: the same audio later in the chunk.
     later = SpokenWord("noon.", 1000, 13_000)
     assert ended_by_audio([later], audio, offset=1000)[0].end == 5800 + END_PAD_SAMPLES
+
+
+def test_a_pause_inside_a_word_of_several_runs_is_not_its_end():
+    from speech_server.word_timings import QUIET_TAIL_SAMPLES, ended_by_audio
+
+    # "$29.99": "twenty-nine dollars" (to 9,600), a pause, "and ninety-nine" (from 14,400),
+    # then its last run "cents" from 24,000 to 30,000. The known part (a window and its
+    # preview) ends in the pause after "dollars": the word is not over.
+    loud, quiet = np.full(9600, 0.2, np.float32), np.zeros(4800, np.float32)
+    known = np.concatenate([loud, quiet])
+    assert len(quiet) >= QUIET_TAIL_SAMPLES
+    price = SpokenWord("$29.99", 0, 30_000, last_run_start=24_000)
+    assert ended_by_audio([price], known)[0].end == 30_000
+    # Once the known audio has gone quiet inside "cents", its pause has begun.
+    cents = np.concatenate([known, np.full(24_000 - len(known) + 3000, 0.2, np.float32)])
+    heard = np.concatenate([cents, np.zeros(QUIET_TAIL_SAMPLES, np.float32)])
+    assert ended_by_audio([price], heard)[0].end < 30_000
+    # Where the word's runs are not known, as before: the quiet is taken as its pause.
+    assert ended_by_audio([SpokenWord("$29.99", 0, 30_000)], known)[0].end < 30_000
