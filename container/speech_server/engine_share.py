@@ -41,6 +41,12 @@ def max_engine_load_from_env() -> float:
     return value
 
 
+def begins_answer(fast_start: bool, starts_answer: bool | None) -> bool:
+    """Whether a request begins a new answer, the only kind weighed: as the client says
+    (``starts_answer``), else a fast-start request does."""
+    return fast_start if starts_answer is None else starts_answer
+
+
 class EngineBusy(Exception):
     """A new answer the engine cannot speak in time: refused before any of it is made."""
 

@@ -23,7 +23,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from speech_server.audio_encoding import AUDIO_FORMATS, AudioFormat, encoder_for
 from speech_server.chunk_schedule import PlaybackClock
-from speech_server.engine_share import EngineBusy
+from speech_server.engine_share import EngineBusy, begins_answer
 from speech_server.synthesis import SynthesisStats, Synthesizer
 from voicewire.speech_protocol import (
     ErrorCode,
@@ -59,7 +59,7 @@ async def invocations(request: Request, synthesizer: Synthesizer) -> Response:
     except ProtocolError as error:
         return error_response(error)
     clock = PlaybackClock()  # this request's listener
-    if synthesis.fast_start if synthesis.starts_answer is None else synthesis.starts_answer:
+    if begins_answer(synthesis.fast_start, synthesis.starts_answer):
         try:  # refused before the response starts, while a status can still say so
             synthesizer.admit(clock)
         except EngineBusy as busy:

@@ -45,7 +45,7 @@ from speech_server.chunk_schedule import (
     typical_streamed_share,
 )
 from speech_server.deadline_executor import DeadlineExecutor
-from speech_server.engine_share import EngineShare, max_engine_load_from_env
+from speech_server.engine_share import EngineShare, begins_answer, max_engine_load_from_env
 from speech_server.engines import SpeechEngine
 from speech_server.word_timings import SpokenWord
 from voicewire.speech_protocol import SAMPLE_WIDTH, CompletionStatus, SynthesisComplete
@@ -197,7 +197,7 @@ class Synthesizer:
         cancelled = cancelled or asyncio.Event()
         stats = stats or SynthesisStats()
         clock = clock or PlaybackClock()
-        if fast_start if starts_answer is None else starts_answer:
+        if begins_answer(fast_start, starts_answer):
             self.admit(clock)
         if fast_start:
             clock.stop()  # a new answer: the listener waits for it, whatever was queued before
