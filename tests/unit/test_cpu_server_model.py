@@ -1,5 +1,4 @@
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -7,21 +6,15 @@ import pytest
 from speech_server.chunk_schedule import STREAMED_FIRST_SHARE
 from voicewire_tools.bench.cpu_server_model import (
     DEFAULT_CURVE,
+    Chunk,
     CpuServer,
     LoadCurve,
     compare,
     simulate_clients,
 )
 
-
-@dataclass(frozen=True)
-class Chunk:
-    ready_s: float
-    audio_s: float
-
-
 # A turn: a 1.5 s first chunk whose text is ready at 0.9 s, then three 4 s chunks.
-ANSWER = [Chunk(0.9, 1.5), Chunk(1.5, 4.0), Chunk(2.5, 4.0), Chunk(3.5, 4.0)]
+ANSWER = [Chunk(0.9, 1.5, 0), Chunk(1.5, 4.0, 1), Chunk(2.5, 4.0, 2), Chunk(3.5, 4.0, 3)]
 
 
 def load_row(clients: int, p50_ms: float, refused: int = 0, timed_out: int = 0) -> dict:
@@ -89,7 +82,7 @@ def test_a_new_answer_goes_before_later_chunks_whose_listeners_have_audio():
     # Two answers are under way (their listeners have seconds queued, their later chunks wait
     # for the engine) when a third question comes: earliest deadline first, its first chunk
     # waits for at most the step on the engine, not for the others' queued chunks.
-    late = [Chunk(3.0, 1.5), *ANSWER[1:]]
+    late = [Chunk(3.0, 1.5, 0), *ANSWER[1:]]
     server = CpuServer(0.3, 0.0, max_load=10.0)
     result = simulate_clients(server, [ANSWER, ANSWER, late], clients=3, turns=1)
     alone = simulate_clients(server, [late], clients=1, turns=1)

@@ -57,7 +57,13 @@ import simpy
 from functions.turn import cut_early
 from speech_server.chunk_plan import pause_after, plan_chunks
 from voicewire.chunker import IncrementalSentenceChunker
-from voicewire_tools.bench.cpu_server_model import DEFAULT_CURVE, CpuServer, LoadCurve, compare
+from voicewire_tools.bench.cpu_server_model import (
+    DEFAULT_CURVE,
+    Chunk,
+    CpuServer,
+    LoadCurve,
+    compare,
+)
 from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import write_json
 
@@ -67,16 +73,6 @@ ANSWERS = ("default", "four_sentences")
 # synthesis call) and of its first sentence alone.
 SEED_GPU_WHOLE_MS = 329.3
 SEED_GPU_FIRST_SENTENCE_MS = 156.7
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One piece of speech a turn asks for: when its text is ready (from the LLM's start), how
-    long it sounds, and whether it is the first chunk of a request (the listener waits)."""
-
-    ready_s: float
-    audio_s: float
-    request: int
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import simpy
 
@@ -53,15 +53,15 @@ STREAMED_TOTAL_SHARE = 1.5
 FIRST_WINDOW_AUDIO_SHARE = 0.4
 
 
-class ChunkTiming(Protocol):
-    """What the model needs of a chunk (``capacity.Chunk``): when its text is ready, counted
-    from the question, and how long its audio lasts."""
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of speech a turn asks for: when its text is ready (from the LLM's start), how
+    long it sounds, and whether it is the first chunk of a request (the listener waits). What
+    ``capacity`` measures from the recordings and both of its simulations replay."""
 
-    @property
-    def ready_s(self) -> float: ...
-
-    @property
-    def audio_s(self) -> float: ...
+    ready_s: float
+    audio_s: float
+    request: int
 
 
 @dataclass(frozen=True)
@@ -151,7 +151,7 @@ class CpuServer:
     def from_curve(
         cls,
         curve: LoadCurve,
-        answers: Sequence[Sequence[ChunkTiming]],
+        answers: Sequence[Sequence[Chunk]],
         max_load: float = DEFAULT_MAX_ENGINE_LOAD,
     ) -> CpuServer:
         best = max(p.audio_s_per_wall_s for p in curve.points)
@@ -182,7 +182,7 @@ class ClientsResult:
 
 def simulate_clients(
     server: CpuServer,
-    answers: Sequence[Sequence[ChunkTiming]],
+    answers: Sequence[Sequence[Chunk]],
     clients: int,
     turns: int = 3,
     seed: int = 7,
@@ -209,7 +209,7 @@ def simulate_clients(
             yield slot
             yield env.timeout(seconds)
 
-    def turn(turn_id: int, chunks: Sequence[ChunkTiming]) -> Any:
+    def turn(turn_id: int, chunks: Sequence[Chunk]) -> Any:
         nonlocal refused
         start = env.now
         producing[turn_id], playing_until[turn_id] = 0, None
@@ -276,7 +276,7 @@ def _queue(
 
 
 def compare(
-    curve: LoadCurve, server: CpuServer, answers: Sequence[Sequence[ChunkTiming]]
+    curve: LoadCurve, server: CpuServer, answers: Sequence[Sequence[Chunk]]
 ) -> list[dict[str, Any]]:
     """Each measured load beside the model's run of the same load."""
     rows = []
