@@ -13,6 +13,12 @@ step carries its *deadline*, the moment its listener would hear a gap without it
 Steps are not pre-empted: a step is one vocoder window or one chunk, so a step that arrives
 urgent waits for at most the one running. Ties (and equal deadlines) keep arrival order.
 
+A request's steps follow one another as a ``StepChain``: each step, as it ends on the thread,
+queues the request's next one with its new deadline before the thread picks again. Sent back
+through the event loop instead, the next step reached the queue a moment after the thread had
+already taken another session's: the local load run (4 clients) showed a new answer's first
+audio, already made, wait 0.3-1.1 s behind another session's later chunk due seconds later.
+
 Why our own: ``concurrent.futures`` and asyncio have no priority executor. This one keeps a
 single ``ThreadPoolExecutor`` worker (its thread, its shutdown and its exit at interpreter end)
 and puts a heap in front of it: each submission adds one entry and one task, and each task runs
@@ -79,3 +85,71 @@ class DeadlineExecutor:
             entry.future.set_exception(error)
         else:
             entry.future.set_result(result)
+
+
+class StepChain[T]:
+    """One request's steps on a ``DeadlineExecutor``, each queued by the one before.
+
+    ``step`` makes the next result (None: the request is done); ``deadline`` says when the next
+    step is due, asked as it is queued (after ``step`` has added its audio to the listener's
+    clock). Each result goes to ``deliver`` (an exception ends the chain), at most ``room``
+    of them not yet ``taken`` by the consumer: past that the chain waits, and ``taken`` queues
+    its next step. ``close`` stops it: a step still queued never runs, and one already running
+    delivers nothing. ``deliver`` and ``step`` run on the executor's thread."""
+
+    def __init__(
+        self,
+        executor: DeadlineExecutor,
+        step: Callable[[], T | None],
+        deadline: Callable[[], float],
+        deliver: Callable[[T | BaseException | None], None],
+        room: int = 1,
+    ) -> None:
+        self._executor = executor
+        self._step = step
+        self._deadline = deadline
+        self._deliver = deliver
+        self._room = max(1, room)
+        self._lock = threading.Lock()
+        self._untaken = 0
+        self._waiting_for_room = False
+        self._closed = False
+        self._queued: Future[None] | None = None
+
+    def start(self) -> None:
+        with self._lock:
+            self._queue_next()
+
+    def taken(self) -> None:
+        """The consumer took a delivered result: room for one more."""
+        with self._lock:
+            self._untaken -= 1
+            if self._waiting_for_room and not self._closed:
+                self._waiting_for_room = False
+                self._queue_next()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._queued is not None:
+                self._queued.cancel()
+
+    def _queue_next(self) -> None:  # with the lock held
+        self._queued = self._executor.submit(self._deadline(), self._run)
+
+    def _run(self) -> None:
+        try:
+            result: T | BaseException | None = self._step()
+        except Exception as error:  # the consumer reports it; the chain ends
+            result = error
+        with self._lock:
+            if self._closed:
+                return
+            self._untaken += 1
+            self._deliver(result)
+            if result is None or isinstance(result, BaseException):
+                return
+            if self._untaken >= self._room:
+                self._waiting_for_room = True
+            else:
+                self._queue_next()

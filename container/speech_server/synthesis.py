@@ -6,17 +6,18 @@ only make both slower; a single thread also keeps engines that are not thread-sa
 requests (many sessions on one server) that thread takes their steps earliest deadline first: a
 listener who hears nothing yet before one with audio queued (``speech_server.deadline_executor``).
 
-For each request a producer task walks the chunk plan on that thread, up to ``lookahead`` pieces
-ahead of the consumer, while the consumer (the WebSocket or HTTP response) sends the frames of the
-piece before. A chunk comes from the engine's ``synthesize_stream``, a piece at a time (the ONNX
-engine's first vocoder window leaves before the rest is decoded), when the listener would
-otherwise wait for it: a fast-start request's first chunk, and any chunk that, decoded whole,
-would not be ready before the audio ahead of it has played (``speech_server.chunk_schedule``,
-from the engine's measured speed and the session's playback clock). The others (a pipeline's
-later sentences, synthesized while earlier audio plays) are decoded whole: there the seam and its
-extra vocoder work (the first window, decoded again in the whole: 25-55% more) would buy
-nothing. Cancellation is seen between frames; a piece already on the thread finishes there and
-its audio is dropped.
+For each request a chain of steps (``deadline_executor.StepChain``) walks the chunk plan on that
+thread, each step queuing the next as it ends, up to ``lookahead`` steps ahead of the consumer,
+while the consumer (the WebSocket or HTTP response) sends the frames of the step before; a step is
+one engine call's audio with the words it speaks. A chunk comes from the engine's
+``synthesize_stream``, a piece at a time (the ONNX engine's first vocoder window leaves before the
+rest is decoded), when the listener would otherwise wait for it: a fast-start request's first chunk,
+and any chunk that, decoded whole, would not be ready before the audio ahead of it has played
+(``speech_server.chunk_schedule``, from the engine's measured speed and the session's playback
+clock). The others (a pipeline's later sentences, synthesized while earlier audio plays) are decoded
+whole: there the seam and its extra vocoder work (the first window, decoded again in the whole:
+25-55% more) would buy nothing. Cancellation is seen between frames; a piece already on the thread
+finishes there and its audio is dropped.
 
 With ``word_timings``, an engine that times its words (``synthesize_timed``: both engines) gives
 each chunk's words before its audio; they are moved here from the engine's raw audio to the
@@ -44,7 +45,7 @@ from speech_server.chunk_schedule import (
     audio_seconds_by_characters,
     typical_streamed_share,
 )
-from speech_server.deadline_executor import DeadlineExecutor
+from speech_server.deadline_executor import DeadlineExecutor, StepChain
 from speech_server.engine_share import EngineShare, begins_answer, max_engine_load_from_env
 from speech_server.engines import SpeechEngine
 from speech_server.word_timings import SpokenWord
@@ -98,11 +99,7 @@ class SynthesisStats:
         )
 
 
-class _End:
-    """Marks the end of the producer's chunks."""
-
-
-_END = _End()
+Piece = bytes | list[SpokenWord]  # a chunk's audio, or the words the audio after them speaks
 
 
 class Synthesizer:
@@ -201,80 +198,65 @@ class Synthesizer:
             self.admit(clock)
         if fast_start:
             clock.stop()  # a new answer: the listener waits for it, whatever was queued before
-        ready: asyncio.Queue[bytes | list[SpokenWord] | BaseException | _End] = asyncio.Queue(
-            self.lookahead
+        # The request's steps run on the synthesis thread, each queuing the next as it ends
+        # (``StepChain``), up to ``lookahead`` steps ahead of what this consumer has sent; their
+        # pieces come back through ``ready``.
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Queue[list[Piece] | BaseException | None] = asyncio.Queue()
+        bytes_per_second = SAMPLE_WIDTH * self.engine.sample_rate
+
+        def step() -> list[Piece] | None:
+            pieces = self._step(request_pieces)
+            for piece in pieces or ():
+                if isinstance(piece, bytes):  # before the next step's deadline is asked
+                    clock.add(len(piece) / bytes_per_second)
+            return pieces
+
+        def deliver(result: list[Piece] | BaseException | None) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening
+                loop.call_soon_threadsafe(ready.put_nowait, result)
+
+        request_pieces = self._request_pieces(
+            text, voice, speed, fast_start, clock, stats, word_timings
         )
         # Counted as speaking from here until its frames are all taken: the engine's share.
         self.share.started(clock)
         self.schedule.sharing = self.share.producing()
-        producer = asyncio.create_task(
-            self._produce(
-                text, voice, speed, ready, cancelled, fast_start, clock, stats, word_timings
-            )
+        # Due when the listener's audio runs out (at once, for one who hears nothing yet).
+        chain = StepChain(
+            self._executor,
+            step,
+            lambda: clock.runs_out(waiting_since=stats.started),
+            deliver,
+            room=self.lookahead,
         )
+        chain.start()
         try:
             while not cancelled.is_set():
-                item = await _get_unless(ready, cancelled)
-                if item is None or isinstance(item, _End):
+                result = await _get_unless(ready, cancelled)
+                if result is None:
                     return
-                if isinstance(item, BaseException):
-                    raise item
-                if isinstance(item, list):
-                    yield item
-                    continue
-                for offset in range(0, len(item), self.frame_bytes):
-                    if cancelled.is_set():
-                        return
-                    frame = item[offset : offset + self.frame_bytes]
-                    stats.count_frame(frame)
-                    if fast_start and stats.audio_bytes == len(frame):  # its first frame
-                        self._first_audio_ms.append(stats.first_audio_ms)  # type: ignore[arg-type]
-                    yield frame
+                if isinstance(result, BaseException):
+                    raise result
+                for item in result:
+                    if isinstance(item, list):
+                        yield item
+                        continue
+                    for offset in range(0, len(item), self.frame_bytes):
+                        if cancelled.is_set():
+                            return
+                        frame = item[offset : offset + self.frame_bytes]
+                        stats.count_frame(frame)
+                        if fast_start and stats.audio_bytes == len(frame):  # its first frame
+                            self._first_audio_ms.append(stats.first_audio_ms)  # type: ignore[arg-type]
+                        yield frame
+                chain.taken()
         finally:
-            producer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await producer
+            chain.close()
             self.share.finished(clock)
             self.schedule.sharing = self.share.producing()
             if cancelled.is_set():
                 clock.stop()  # what was made and not sent is never played
-
-    async def _produce(
-        self,
-        text: str,
-        voice: str,
-        speed: float,
-        ready: asyncio.Queue[bytes | list[SpokenWord] | BaseException | _End],
-        cancelled: asyncio.Event,
-        fast_start: bool,
-        clock: PlaybackClock,
-        stats: SynthesisStats,
-        word_timings: bool,
-    ) -> None:
-        bytes_per_second = SAMPLE_WIDTH * self.engine.sample_rate
-        pieces = self._request_pieces(text, voice, speed, fast_start, clock, stats, word_timings)
-        try:
-            # One engine step per call on the synthesis thread, so a cancel or another request's
-            # chunk waits for one vocoder window at most; each step due when its listener's
-            # audio runs out (at once, for a listener who hears nothing yet).
-            while not cancelled.is_set():
-                step = self._executor.submit(
-                    clock.runs_out(waiting_since=stats.started), self._step, pieces
-                )
-                pcm = await asyncio.wrap_future(step)
-                if pcm is None:
-                    break
-                if isinstance(pcm, bytes):
-                    clock.add(len(pcm) / bytes_per_second)
-                await ready.put(pcm)
-            if cancelled.is_set():
-                return
-        except asyncio.CancelledError:
-            raise
-        except Exception as error:  # handed to the consumer, which reports it
-            await ready.put(error)
-            return
-        await ready.put(_END)
 
     def _request_pieces(
         self,
@@ -285,7 +267,7 @@ class Synthesizer:
         clock: PlaybackClock,
         stats: SynthesisStats,
         word_timings: bool = False,
-    ) -> Iterator[bytes | list[SpokenWord]]:
+    ) -> Iterator[Piece]:
         """Runs on the synthesis thread, a piece per step: the request's plan, then each chunk,
         streamed or whole as the schedule says when its turn comes (the clock then holds the
         audio of every chunk before it); with ``word_timings``, each chunk's words moved to the
@@ -328,21 +310,25 @@ class Synthesizer:
         most = self.schedule.words_in_time(text, voice, speed, clock, policy.first_max_words)
         return replace(policy, first_max_words=most)
 
-    def _step(self, pieces: Iterator[bytes | list[SpokenWord]]) -> bytes | list[SpokenWord] | None:
-        """Runs on the synthesis thread: the next piece, its engine time counted."""
+    def _step(self, pieces: Iterator[Piece]) -> list[Piece] | None:
+        """Runs on the synthesis thread: the request's next pieces up to and including its next
+        audio (words come just before the audio they describe, so they travel with it), their
+        engine time counted; None once the request is done."""
         started = time.perf_counter()
-        piece = None
+        taken: list[Piece] = []
         try:
-            piece = next(pieces, None)
-            return piece
+            for piece in pieces:
+                taken.append(piece)
+                if isinstance(piece, bytes):
+                    self.audio_seconds_made += len(piece) / SAMPLE_WIDTH / self.engine.sample_rate
+                    break
+            return taken or None
         finally:
             self.busy_seconds += time.perf_counter() - started
-            if isinstance(piece, bytes):
-                self.audio_seconds_made += len(piece) / SAMPLE_WIDTH / self.engine.sample_rate
 
     def _render(
         self, chunk: str, voice: str, speed: float, *, streamed: bool, timed: bool = False
-    ) -> Iterator[bytes | list[SpokenWord]]:
+    ) -> Iterator[Piece]:
         """Runs on the synthesis thread: model call (a whole one timed for the schedule), silence
         trim, pause, int16 conversion. ``timed``: the chunk's words too, from the start of its
         audio as kept (each list before the audio it describes; the trim's cut is known once

@@ -85,3 +85,62 @@ def test_a_new_answers_first_chunk_goes_before_other_sessions_queued_chunks(aske
     assert len(started_since) <= 1, [
         text for _, text in engine.calls[first_new - 5 : first_new + 1]
     ]
+
+
+class SlowForOthersEngine(ToneEngine):
+    """The other sessions' chunks take ``OTHER_STEP_SECONDS``; the newcomer's (``zulu``) are
+    quick. Word timings come as the real engines give them: the words, then the audio."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spoken: set[str] = set()
+        self.both_spoke = threading.Event()  # alpha's and bravo's first chunks are made
+
+    def synthesize(self, text: str, voice: str, speed: float):
+        self.seconds_per_chunk = 0.005 if "zulu" in text.lower() else OTHER_STEP_SECONDS
+        audio = super().synthesize(text, voice, speed)
+        self.spoken |= {name for name in ("alpha", "bravo") if name in text}
+        if len(self.spoken) == 2:
+            self.both_spoke.set()
+        return audio
+
+
+OTHER_STEP_SECONDS = 0.4
+
+
+def test_a_new_answers_first_audio_travels_with_its_words_not_behind_another_step():
+    """The newcomer's words and its first audio come from one engine call, and reach it
+    together: not the words, then the audio after another session's chunk, due later, that the
+    thread took up in between (issue 43's load run: a first audio already made waited 0.3-1.1 s
+    behind such a chunk; ``test_deadline_executor`` holds the ordering itself). Two sessions
+    talk, so that the thread always has a chunk of theirs to take up."""
+    engine = SlowForOthersEngine()
+    synthesizer = Synthesizer(engine)
+
+    async def scenario() -> tuple[float, float]:
+        heard: dict[str, int] = {}
+        talking = [
+            asyncio.create_task(listen(synthesizer, name, heard)) for name in ("alpha", "bravo")
+        ]
+        # Both speak, with more of their chunks queued.
+        assert await asyncio.to_thread(engine.both_spoke.wait, 10)
+        words_at = audio_at = 0.0
+        async for item in synthesizer.pcm_frames(
+            "Zulu asks something new.", "af_heart", 1.0, clock=PlaybackClock(), word_timings=True
+        ):
+            if isinstance(item, list):
+                words_at = time.perf_counter()
+            else:
+                audio_at = time.perf_counter()
+                break
+        for task in talking:
+            task.cancel()
+        await asyncio.gather(*talking, return_exceptions=True)
+        return words_at, audio_at
+
+    try:
+        words_at, audio_at = asyncio.run(scenario())
+    finally:
+        synthesizer.close()
+    assert words_at and audio_at
+    assert audio_at - words_at < OTHER_STEP_SECONDS / 2
