@@ -228,7 +228,10 @@ class Synthesizer:
             step,
             lambda: clock.runs_out(waiting_since=stats.started),
             deliver,
-            room=self.lookahead,
+            # ``lookahead`` results waiting, and one more made while they wait: a chunk's
+            # trailing pause is a step of its own, so with one the next chunk's engine call
+            # waited for the consumer.
+            room=self.lookahead + 1,
         )
         chain.start()
         try:
@@ -236,6 +239,7 @@ class Synthesizer:
                 result = await _get_unless(ready, cancelled)
                 if result is None:
                     return
+                chain.taken()  # the next step may run while these frames are sent
                 if isinstance(result, BaseException):
                     raise result
                 for item in result:
@@ -250,7 +254,6 @@ class Synthesizer:
                         if fast_start and stats.audio_bytes == len(frame):  # its first frame
                             self._first_audio_ms.append(stats.first_audio_ms)  # type: ignore[arg-type]
                         yield frame
-                chain.taken()
         finally:
             chain.close()
             self.share.finished(clock)

@@ -144,3 +144,25 @@ def test_a_new_answers_first_audio_travels_with_its_words_not_behind_another_ste
         synthesizer.close()
     assert words_at and audio_at
     assert audio_at - words_at < OTHER_STEP_SECONDS / 2
+
+
+def test_the_next_chunk_is_made_while_the_one_before_is_sent():
+    """The pipeline: while the consumer is still sending the first chunk's frames (a slow
+    link), the engine already makes the next chunk, as many steps ahead as ``lookahead``
+    allows, a chunk's trailing pause being a step of its own."""
+    engine = LoggedEngine(calls_before_asking=1)
+    synthesizer = Synthesizer(engine)
+
+    async def scenario() -> tuple[float, float]:
+        first_frame_sent = 0.0
+        async for item in synthesizer.pcm_frames(answer("alpha"), "af_heart", 1.0):
+            if isinstance(item, bytes) and not first_frame_sent:
+                await asyncio.sleep(0.5)  # the first frame takes a while to send
+                first_frame_sent = time.perf_counter()
+        return first_frame_sent, engine.calls[1][0]
+
+    try:
+        first_frame_sent, second_chunk_started = asyncio.run(scenario())
+    finally:
+        synthesizer.close()
+    assert second_chunk_started < first_frame_sent
