@@ -102,7 +102,7 @@ async def _encoded_audio(
         fast_start=synthesis.fast_start,
         stats=stats,
         clock=clock,
-        starts_answer=synthesis.starts_answer,
+        admitted=True,  # weighed in ``invocations``, before the response began
     ):
         if isinstance(pcm, list):  # word timings: not asked for on this path
             continue

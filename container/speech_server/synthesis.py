@@ -176,6 +176,7 @@ class Synthesizer:
         clock: PlaybackClock | None = None,
         word_timings: bool = False,
         starts_answer: bool | None = None,
+        admitted: bool = False,
     ) -> AsyncGenerator[bytes | list[SpokenWord]]:
         """Yield s16le PCM frames of at most ``frame_bytes`` as soon as each chunk exists; with
         ``word_timings``, also lists of the words the next frames speak (samples from the start
@@ -188,13 +189,15 @@ class Synthesizer:
 
         Raises ``EngineBusy`` before anything is made when a new answer (``starts_answer``;
         absent, a ``fast_start`` request) would take the engine past what it can speak in time
-        (``speech_server.engine_share``), and
-        whatever the engine raised; stops early, without raising, once ``cancelled`` is set.
+        (``speech_server.engine_share``), unless the caller has ``admitted`` it already (the
+        POST route weighs it before its response starts: weighed again here, an answer that
+        another one began beside in between would fail after its 200), and whatever the engine
+        raised; stops early, without raising, once ``cancelled`` is set.
         """
         cancelled = cancelled or asyncio.Event()
         stats = stats or SynthesisStats()
         clock = clock or PlaybackClock()
-        if begins_answer(fast_start, starts_answer):
+        if not admitted and begins_answer(fast_start, starts_answer):
             self.admit(clock)
         if fast_start:
             clock.stop()  # a new answer: the listener waits for it, whatever was queued before

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
+from speech_standin import ToneEngine
 
 from speech_server.chunk_schedule import PlaybackClock
 from speech_server.engine_share import EngineBusy, EngineShare, max_engine_load_from_env
+from speech_server.synthesis import Synthesizer
 
 
 class Clock:
@@ -99,3 +103,26 @@ def test_a_session_already_speaking_is_not_weighed_again():
     share.admit(clocks[1], 0.6)  # its audio still playing
     with pytest.raises(EngineBusy):
         share.admit(PlaybackClock(), 0.6)  # a new answer on an idle session
+
+
+def test_an_answer_its_caller_admitted_is_not_weighed_again():
+    """The POST route weighs a new answer before its response starts; weighed again once its
+    200 is sent, an answer that another began beside in the meantime would fail mid-stream."""
+    engine = ToneEngine()
+    engine.real_time_factor = 1.0  # measured: an engine-second per second of audio
+    synthesizer = Synthesizer(engine, max_engine_load=1.5)
+    synthesizer.share.started(PlaybackClock())  # another answer is being made
+
+    async def frames(**options: bool) -> list[bytes]:
+        return [
+            frame
+            async for frame in synthesizer.pcm_frames("Hello there.", "af_heart", 1.0, **options)
+            if isinstance(frame, bytes)
+        ]
+
+    try:
+        with pytest.raises(EngineBusy):
+            asyncio.run(frames())
+        assert asyncio.run(frames(admitted=True))
+    finally:
+        synthesizer.close()
