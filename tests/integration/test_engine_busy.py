@@ -105,6 +105,23 @@ async def test_a_text_that_continues_an_answer_is_never_refused_even_on_an_idle_
             assert (await next_control(fourth))["code"] == "speech_busy"
 
 
+async def test_the_floor_bench_waits_out_a_refusal_to_time_the_engine_alone(busy_server):
+    """``bench floor`` times the engine straight after a turn whose audio still plays on the
+    server's clock: on a busy machine its request is refused ``speech_busy`` (a fresh clone's
+    suite, 2026-12-06), and the bench asks again, as the refusal says, until it is served."""
+    from voicewire_tools.bench import floor
+
+    async with connect(busy_server.ws_url) as first, connect(busy_server.ws_url) as second:
+        await two_answers_speaking(first, second)
+        started = time.perf_counter()
+        engine_ms = await floor.engine_first_audio_ms(busy_server.ws_url, "Hello there.", runs=1)
+        waited = time.perf_counter() - started
+    # Served once the two answers' 1.5 s had played (and their listeners' 0.5 s of grace): the
+    # figure is the one served request's first audio, not the wait before it.
+    assert waited >= 1.0
+    assert 0 < engine_ms < 1000 * waited - 500
+
+
 class UnmeasuredToneEngine(ToneEngine):
     """An engine that measured no speed (as the torch engine on a GPU): half a second of
     compute per second of its audio, which only the synthesizer can observe."""
