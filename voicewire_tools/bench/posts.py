@@ -38,7 +38,13 @@ async def measure(stack: LocalStack, latency_ms: float, text_deltas: str, trials
         for event in result.events:
             kind = event.kind if event.kind in ("text_delta", "sentence", "audio") else "other"
             counts[kind] = counts.get(kind, 0) + 1
-        rows.append({**counts, "first_audio_ms": result.end["timings"]["first_audio_ms"]})
+        rows.append(
+            {
+                **counts,
+                "audio_bytes": result.end["audio_bytes"],
+                "first_audio_ms": result.end["timings"]["first_audio_ms"],
+            }
+        )
     keys = sorted({key for row in rows for key in row})
     return {key: statistics.median(row.get(key, 0) for row in rows) for key in keys}
 
