@@ -22,6 +22,7 @@ import statistics
 import time
 from typing import Any
 
+from voicewire.error_codes import ErrorCode
 from voicewire.speech_link import AudioChunk, SpeechServerError, SpeechSession, open_speech_session
 from voicewire.turn_client import run_turn
 from voicewire_tools.bench.machine import machine_line
@@ -63,7 +64,7 @@ async def _first_audio_ms_when_served(session: SpeechSession, text: str) -> floa
                 if first is None and isinstance(event, AudioChunk):
                     first = (time.perf_counter() - started) * 1000
         except SpeechServerError as error:
-            if error.code != "speech_busy" or time.perf_counter() > deadline:
+            if error.code != ErrorCode.SPEECH_BUSY or time.perf_counter() > deadline:
                 raise
             await asyncio.sleep(BUSY_RETRY_SECONDS)
             continue
