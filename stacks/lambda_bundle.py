@@ -27,13 +27,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST_PARTY = ("functions", "voicewire")
-HANDLERS = (
-    "functions.handlers.authorizer",
-    "functions.handlers.connect",
-    "functions.handlers.disconnect",
-    "functions.handlers.messages",
-    "functions.handlers.worker",
-)
+HANDLER_PACKAGE = "functions.handlers"
+
+
+def handler_modules(root: Path = ROOT) -> tuple[str, ...]:
+    """Every module of ``functions/handlers/``: each is a Lambda function's entry point (the
+    stacks name ``functions.handlers.<name>.handler``), so the bundle holds them all. Read from
+    the folder, not a list kept by hand: a list forgot ``listen`` once, and every ``listen`` on
+    AWS failed with ``Runtime.ImportModuleError``."""
+    folder = root.joinpath(*HANDLER_PACKAGE.split("."))
+    return tuple(
+        f"{HANDLER_PACKAGE}.{path.stem}"
+        for path in sorted(folder.glob("*.py"))
+        if path.name != "__init__.py"
+    )
+
+
+HANDLERS = handler_modules()
 LAMBDA_PLATFORM = "aarch64-manylinux2014"  # arm64 functions: cheaper per GB-second than x86
 LAMBDA_PYTHON = "3.12"
 # Import name -> distribution to install (with the extras the functions need).
@@ -163,7 +173,7 @@ def build_bundle(
     root: Path = ROOT,
 ) -> Bundle:
     """Fill ``output`` with the functions' code and dependencies for ``platform``."""
-    modules, third_party = reachable_modules(root=root)
+    modules, third_party = reachable_modules(handler_modules(root), root=root)
     requirements = requirements_for(third_party)
     output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="voicewire-bundle-") as scratch:

@@ -327,8 +327,48 @@ def test_the_functions_asset_is_the_bundle(assembly):
     bundles = [
         p.parent.parent.parent for p in directory.glob("asset.*/functions/handlers/worker.py")
     ]
-    assert len(bundles) == 1  # one asset for the five functions
+    assert len(bundles) == 1  # one asset for the six functions
     assert list(bundles[0].glob("_awscrt*.so")) and not (bundles[0] / "speech_server").exists()
+
+
+def _asset_directory(assembly_dir: Path, code: dict) -> Path:
+    """The folder CDK staged for a function's ``Code`` (its S3 key is the asset's hash)."""
+    key = code["S3Key"]
+    key = key if isinstance(key, str) else "".join(str(part) for part in key["Fn::Join"][1])
+    (directory,) = assembly_dir.glob(f"asset.{key.rsplit('/', 1)[-1].removesuffix('.zip')}")
+    return directory
+
+
+def _handler_file(directory: Path, runtime: str, handler: str) -> Path | None:
+    module = handler.rpartition(".")[0]
+    if runtime.startswith("python"):
+        candidates = [module.replace(".", "/") + ".py", module.replace(".", "/") + "/__init__.py"]
+    else:  # node: the file names the module, its extension the module system
+        candidates = [f"{module}{suffix}" for suffix in (".js", ".mjs", ".cjs")]
+    return next((directory / c for c in candidates if (directory / c).is_file()), None)
+
+
+def test_every_function_of_every_stack_finds_its_handler_in_its_asset(assembly):
+    """What Lambda imports at the first invocation: the handler's module, in the code that
+    would be uploaded. The asset tests of the bundle only checked the modules a list named,
+    and the list had forgotten ``listen``."""
+    directory = Path(assembly.directory)
+    checked = []
+    for stack in assembly.stacks:
+        for name, resource in stack.template["Resources"].items():
+            if resource["Type"] != "AWS::Lambda::Function":
+                continue
+            properties = resource["Properties"]
+            if "ZipFile" in properties["Code"]:
+                continue  # inline code: the template carries it
+            asset = _asset_directory(directory, properties["Code"])
+            found = _handler_file(asset, properties["Runtime"], properties["Handler"])
+            assert found is not None, (
+                f"{stack.stack_name}/{name}: {properties['Handler']} is not in {asset.name}"
+            )
+            checked.append(properties["Handler"])
+    assert "functions.handlers.listen.handler" in checked
+    assert len(checked) >= 7  # the API's six functions and the endpoint's scaling function
 
 
 def test_cfn_lint_passes_on_every_template(assembly):
