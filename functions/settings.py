@@ -198,7 +198,10 @@ class Settings(BaseModel):
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Settings:
         """The settings the environment gives (unset variables keep their defaults); raises
         ``SettingsError`` naming every variable that is wrong."""
-        known = environment_variables()
+        from functions.access.listen_signer import ENVIRONMENT_VARIABLES as LISTEN_SIGNERS
+
+        # The listen signer's variables are its own to read (ListenSigner.from_env).
+        known = environment_variables() - LISTEN_SIGNERS
         given = {name: value for name, value in env.items() if name in known}
         fallback = given.pop("AWS_DEFAULT_REGION", None)  # boto3's other name, read second
         if fallback and not given.get("AWS_REGION"):

@@ -61,6 +61,7 @@ from stacks.lambda_bundle import LAMBDA_PLATFORM, LAMBDA_PYTHON, ROOT, build_bun
 from stacks.nag_findings import acknowledge_wildcard
 from stacks.pipeline_monitoring import PipelineMonitoring
 from voicewire.client_protocol import CLIENT_ACTIONS
+from voicewire.speech_in.listen_offer import MAX_LISTENS_PER_MINUTE
 from voicewire.voice_catalog import OFFICIAL_VOICES
 
 # ask, speak, cancel, voices, history: the messages function's. ``listen`` has a function of its
@@ -85,6 +86,7 @@ class VoiceApiSettings:
     # Browser origins that may connect (empty: any); see functions/access/origins.py.
     allowed_origins: tuple[str, ...] = ()
     max_turns_per_minute: int = 30  # per connection
+    max_listens_per_minute: int = MAX_LISTENS_PER_MINUTE  # per connection: Transcribe URLs
     max_speech_seconds_per_turn: float = 360.0
     # The stage's JSON access logs: only where the account has API Gateway's CloudWatch role.
     access_logs: bool = False
@@ -267,6 +269,11 @@ class VoiceApi(Stack):
             self.table.grant_read_write_data(function)
         # The authorizer records each connect ticket's first use, and needs nothing else.
         self.table.grant(self.authorizer, "dynamodb:PutItem")
+        # listen counts the connection's listens (its rate window: two conditional updates).
+        self.table.grant(self.listen, "dynamodb:UpdateItem")
+        self.listen.add_environment(
+            "VOICEWIRE_MAX_LISTENS_PER_MINUTE", str(settings.max_listens_per_minute)
+        )
         # The function itself, not grant_invoke's "<arn>:*" (every version and alias).
         self.messages.add_to_role_policy(
             iam.PolicyStatement(
@@ -435,8 +442,9 @@ class VoiceApi(Stack):
 
     def _grant_listen(self) -> None:
         """The listen function signs Transcribe streaming URLs with its role's credentials, so
-        that role may start a streaming transcription over a WebSocket and do nothing else (no
-        table, no @connections: its answer is the route's response)."""
+        that role may start a streaming transcription over a WebSocket and, besides, only count
+        the connection's listens (no read, no @connections: its answer is the route's
+        response)."""
         statement = iam.PolicyStatement(
             actions=["transcribe:StartStreamTranscriptionWebSocket"], resources=["*"]
         )

@@ -51,6 +51,7 @@ class ErrorCode(StrEnum):
     # speech in (the ``listen`` action)
     LISTEN_UNAVAILABLE = "listen_unavailable"
     UNSUPPORTED_LANGUAGE = "unsupported_language"
+    TOO_MANY_LISTENS = "too_many_listens"
 
 
 class ProtocolError(Exception):

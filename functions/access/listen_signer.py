@@ -11,7 +11,8 @@ Environment: ``AWS_REGION`` (Lambda sets it), ``VOICEWIRE_LISTEN_ROLE_ARN`` (a r
 and sign with, instead of the process's own credentials: the AgentCore app's, whose own role can
 do much more), ``VOICEWIRE_TRANSCRIBE_ENDPOINT`` (a ``ws://`` endpoint instead of AWS's; the
 local stack), ``VOICEWIRE_LISTEN_LANGUAGES`` (``en-US,en-GB``; default ``en-US``),
-``VOICEWIRE_LISTEN_EXPIRES_S`` (1-300, default 300).
+``VOICEWIRE_LISTEN_EXPIRES_S`` (1-300, default 15: long enough to open the URL),
+``VOICEWIRE_MAX_LISTENS_PER_MINUTE`` (per connection, default 20).
 """
 
 from __future__ import annotations
@@ -22,7 +23,12 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from voicewire.speech_in.listen_offer import DEFAULT_LANGUAGES, ListenSettings
+from voicewire.speech_in.listen_offer import (
+    DEFAULT_LANGUAGES,
+    MAX_LISTENS_PER_MINUTE,
+    URL_SECONDS,
+    ListenSettings,
+)
 from voicewire.speech_in.transcribe_url import MAX_EXPIRES, AwsCredentials
 
 # What ``ListenSigner.from_env`` reads besides AWS's own (``functions.settings``'s
@@ -33,6 +39,7 @@ ENVIRONMENT_VARIABLES = frozenset(
         "VOICEWIRE_TRANSCRIBE_ENDPOINT",
         "VOICEWIRE_LISTEN_LANGUAGES",
         "VOICEWIRE_LISTEN_EXPIRES_S",
+        "VOICEWIRE_MAX_LISTENS_PER_MINUTE",
     }
 )
 
@@ -57,7 +64,7 @@ class ListenSigner:
             for part in environ.get("VOICEWIRE_LISTEN_LANGUAGES", "").split(",")
             if part.strip()
         )
-        raw_expires = environ.get("VOICEWIRE_LISTEN_EXPIRES_S", str(MAX_EXPIRES))
+        raw_expires = environ.get("VOICEWIRE_LISTEN_EXPIRES_S", str(URL_SECONDS))
         try:
             expires = int(raw_expires)
         except ValueError:
@@ -67,11 +74,18 @@ class ListenSigner:
                 f"VOICEWIRE_LISTEN_EXPIRES_S must be 1 to {MAX_EXPIRES} seconds, not "
                 f"{raw_expires!r}"
             )
+        raw_limit = environ.get("VOICEWIRE_MAX_LISTENS_PER_MINUTE", str(MAX_LISTENS_PER_MINUTE))
+        if not raw_limit.isdigit() or int(raw_limit) < 1:
+            raise ListenSettingsError(
+                f"VOICEWIRE_MAX_LISTENS_PER_MINUTE must be a whole number of 1 or more, not "
+                f"{raw_limit!r}"
+            )
         settings = ListenSettings(
             region=environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION"),
             endpoint=environ.get("VOICEWIRE_TRANSCRIBE_ENDPOINT") or None,
             expires_in_s=expires,
             languages=languages or DEFAULT_LANGUAGES,
+            max_per_minute=int(raw_limit),
         )
         role_arn = environ.get("VOICEWIRE_LISTEN_ROLE_ARN")
         return cls(settings, AssumedRole(role_arn) if role_arn else _own_credentials)

@@ -42,6 +42,9 @@ class TableConversation:
     def admit_turn(self, limit: int, now: float) -> bool:
         return self.turns.admit(self.connection_id, limit, now)
 
+    def admit_listen(self, limit: int, now: float) -> bool:
+        return self.turns.admit_listen(self.connection_id, limit, now)
+
     def start_turn(self, turn_id: str, mode: str, now: float) -> StartedTurn:
         return self.turns.start(self.connection_id, turn_id, mode, now)
 

@@ -131,37 +131,13 @@ class TurnLedger:
 
     def admit(self, connection_id: str, limit: int, now: float | None = None) -> bool:
         """Count one more turn in the connection's current clock minute; False when ``limit``
-        turns already started in it (or the connection is gone).
+        turns already started in it (or the connection is gone)."""
+        return admit_in_window(self.table, connection_id, "rate", limit, now)
 
-        A fixed window: two conditional writes, no read, so concurrent messages cannot both
-        take the last place. A burst across a minute's edge may start up to twice ``limit``."""
-        window = int((now or time.time()) // 60)
-        values = {":one": 1, ":window": window, ":limit": limit}
-        for _ in range(2):  # a concurrent writer may open the new window between the writes
-            if (
-                self.table.update(
-                    connection_id,
-                    CONNECTION_SORT_KEY,
-                    "SET rate_count = rate_count + :one",
-                    values,
-                    "rate_window = :window AND rate_count < :limit",
-                )
-                is not None
-            ):
-                return True
-            if (
-                self.table.update(
-                    connection_id,
-                    CONNECTION_SORT_KEY,
-                    "SET rate_window = :window, rate_count = :one",
-                    {":one": 1, ":window": window},
-                    "attribute_exists(pk) AND (attribute_not_exists(rate_window)"
-                    " OR rate_window <> :window)",
-                )
-                is not None
-            ):
-                return True
-        return False
+    def admit_listen(self, connection_id: str, limit: int, now: float | None = None) -> bool:
+        """Count one more ``listen`` (a Transcribe URL minted) in the connection's current
+        clock minute; False when ``limit`` were already minted in it."""
+        return admit_in_window(self.table, connection_id, "listen", limit, now)
 
     def start(
         self, connection_id: str, turn_id: str, mode: str, now: float | None = None
@@ -413,3 +389,42 @@ class TurnLedger:
             )
             is not None
         )
+
+
+def admit_in_window(
+    table: TableItems, connection_id: str, name: str, limit: int, now: float | None = None
+) -> bool:
+    """One more in the connection item's ``{name}_window``/``{name}_count`` for the current
+    clock minute (``functions.conversation.rate_window``'s rule); False at ``limit`` or when the
+    connection is gone.
+
+    A fixed window: two conditional writes, no read, so concurrent messages cannot both take
+    the last place. A burst across a minute's edge may count up to twice ``limit``."""
+    window = int((now or time.time()) // 60)
+    names = {"#window": f"{name}_window", "#count": f"{name}_count"}
+    for _ in range(2):  # a concurrent writer may open the new window between the writes
+        if (
+            table.update(
+                connection_id,
+                CONNECTION_SORT_KEY,
+                "SET #count = #count + :one",
+                {":one": 1, ":window": window, ":limit": limit},
+                "#window = :window AND #count < :limit",
+                names,
+            )
+            is not None
+        ):
+            return True
+        if (
+            table.update(
+                connection_id,
+                CONNECTION_SORT_KEY,
+                "SET #window = :window, #count = :one",
+                {":one": 1, ":window": window},
+                "attribute_exists(pk) AND (attribute_not_exists(#window) OR #window <> :window)",
+                names,
+            )
+            is not None
+        ):
+            return True
+    return False

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from functools import partial
 from typing import Any
@@ -39,6 +40,7 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from functions.access.listen_answer import answer_listen
 from functions.access.listen_signer import current_listen_signer
 from functions.adapters.frame_sink import FrameSink
 from functions.adapters.relay import Relay
@@ -60,7 +62,6 @@ from voicewire.client_protocol import (
 )
 from voicewire.client_protocol import ClientError as ErrorFrame
 from voicewire.error_codes import ErrorCode, ProtocolError
-from voicewire.speech_in.listen_offer import listen_offer
 from voicewire.voice_catalog import OFFICIAL_VOICES
 
 AUDIO_DELIVERIES = ("binary", "base64")
@@ -178,17 +179,10 @@ async def _handle(
         case HistoryAction():
             await tell(conversation.remembered())
         case ListenAction():
-            await tell(await asyncio.to_thread(_listen_answer, action))
-
-
-def _listen_answer(action: ListenAction) -> BaseModel:
-    """The ``listen`` frame, or the error that says why not (the same rules as the Lambda
-    path's ``listen`` route). In a thread: on AWS the signer may first assume its role."""
-    signer = current_listen_signer()
-    try:
-        return listen_offer(action, signer.credentials(), signer.settings)
-    except ProtocolError as error:
-        return ErrorFrame(code=error.code, message=error.message, turn_id=error.request_id)
+            # In a thread: on AWS the signer may first assume its role (STS). Every failure is
+            # an error frame (functions.access.listen_answer): the conversation stays open.
+            signer, state = current_listen_signer(), conversation.state
+            await tell(await asyncio.to_thread(answer_listen, action, signer, state, time.time()))
 
 
 def _relay(sink: FrameSink, delivery: str, text_flush: str | None, turn: int) -> Relay:

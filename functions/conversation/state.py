@@ -70,6 +70,11 @@ class ConversationState(Protocol):
         turns already started in it (a gone conversation is refused by ``start_turn``)."""
         ...
 
+    def admit_listen(self, limit: int, now: float) -> bool:
+        """Count one more ``listen`` (a Transcribe URL minted) in ``now``'s rate window; False
+        when ``limit`` were already minted in it, or the conversation is gone."""
+        ...
+
     def start_turn(self, turn_id: str, mode: str, now: float) -> StartedTurn:
         """Number a new turn and make it the active one. Raises ``DuplicateTurn`` for a
         ``turn_id`` used before, ``ConversationClosed`` when the conversation is gone."""
@@ -108,6 +113,7 @@ class MemoryConversation:
     history: list[dict[str, Any]] = field(default_factory=list)
     last_spoken: SpokenExchange | None = None
     rate: RateWindow | None = None
+    listens: RateWindow | None = None  # the listen actions' window (``admit_listen``)
     closed: bool = False
     _turns: dict[str, _MemoryTurn] = field(default_factory=dict)
 
@@ -127,6 +133,13 @@ class MemoryConversation:
         if after is None:
             return False
         self.rate = after
+        return True
+
+    def admit_listen(self, limit: int, now: float) -> bool:
+        after = None if self.closed else admitted(self.listens, now, limit)
+        if after is None:
+            return False
+        self.listens = after
         return True
 
     def start_turn(self, turn_id: str, mode: str, now: float) -> StartedTurn:

@@ -11,33 +11,45 @@ offered, a sample rate Transcribe refuses) is an ``error`` frame with a stable c
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from functions.access.listen_answer import answer_listen
 from functions.access.listen_signer import ListenSigner, current_listen_signer
+from functions.conversation.state import ConversationState
 from functions.events import MessageEvent
 from functions.observability import logger
+from functions.wiring import current_adapters
 from voicewire.client_protocol import ClientError, ListenAction, dump_control, parse_action
 from voicewire.error_codes import ErrorCode, ProtocolError
-from voicewire.speech_in.listen_offer import listen_offer
 
 
-def listen(raw: dict[str, Any], signer: ListenSigner) -> dict[str, Any]:
+def listen(
+    raw: dict[str, Any],
+    signer: ListenSigner,
+    state_of: Callable[[str], ConversationState] | None = None,
+) -> dict[str, Any]:
+    """``state_of``: the connection's conversation (its listen window); the session table's."""
     event = MessageEvent.model_validate(raw)
-    logger.append_keys(connection_id=event.request_context.connection_id)
+    connection_id = event.request_context.connection_id
+    logger.append_keys(connection_id=connection_id)
     body = event.body if isinstance(event.body, str) else None
     try:
         action = parse_action(body)
         if not isinstance(action, ListenAction):  # the route selects on the action's name
             raise ProtocolError(ErrorCode.UNKNOWN_ACTION, "the listen route takes only 'listen'")
-        offer = listen_offer(action, signer.credentials(), signer.settings)
     except ProtocolError as error:
         logger.info("listen refused", code=error.code.value)
         frame = ClientError(code=error.code, message=error.message, turn_id=error.request_id)
         return {"statusCode": 200, "body": dump_control(frame).decode()}
-    logger.info("listen offered", language_code=offer.language_code, expires=offer.expires_in_s)
-    return {"statusCode": 200, "body": dump_control(offer).decode()}
+    state_of = state_of or current_adapters().conversation
+    answer = answer_listen(action, signer, state_of(connection_id), time.time())
+    if answer.type == "listen":
+        logger.info("listen offered", language_code=action.language_code)
+    return {"statusCode": 200, "body": dump_control(answer).decode()}
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -86,7 +86,7 @@ async def test_a_spoken_question_is_transcribed_then_answered(listening_stack):
         offer = await answer(ws, {"action": "listen"})
         assert offer["type"] == "listen", offer
         assert (offer["language_code"], offer["sample_rate"]) == ("en-US", RATE)
-        assert (offer["media_encoding"], offer["expires_in_s"]) == ("pcm", 300)
+        assert (offer["media_encoding"], offer["expires_in_s"]) == ("pcm", 15)
         url = urlsplit(offer["url"])
         assert (url.scheme, url.port) == ("ws", listening_stack.transcribe.port)
         assert url.path == "/stream-transcription-websocket"

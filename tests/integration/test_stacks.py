@@ -258,8 +258,10 @@ def test_no_iam_statement_allows_every_resource(template):
 
 def test_listen_answers_on_its_route_with_a_role_that_may_only_start_a_transcription(template):
     """``listen`` is two-way (its function's answer is the route's response) and its function's
-    role, whose credentials sign the Transcribe URL a client gets, may do nothing else: no
-    table, no @connections, no other service."""
+    role, whose credentials sign the Transcribe URL a client gets, may start a transcription and
+    count the connection's listens (UpdateItem on the session table: its rate window), nothing
+    else: no read, no @connections, no other service. (The URL carries the key id and the
+    session token, never the secret: it signs that one request only.)"""
     found = resources(template, "AWS::ApiGatewayV2::Route")
     (listen_id,) = [k for k, r in found.items() if r["Properties"]["RouteKey"] == "listen"]
     assert found[listen_id]["Properties"]["RouteResponseSelectionExpression"] == "$default"
@@ -281,7 +283,8 @@ def test_listen_answers_on_its_route_with_a_role_that_may_only_start_a_transcrip
         )
     )
     assert [a for a in actions if not a.startswith("logs:")] == [
-        "transcribe:StartStreamTranscriptionWebSocket"
+        "dynamodb:UpdateItem",
+        "transcribe:StartStreamTranscriptionWebSocket",
     ]
 
 

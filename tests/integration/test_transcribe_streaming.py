@@ -8,6 +8,7 @@ times): the real recognizer is the next step of issue 42.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 from collections.abc import Callable, Iterator
@@ -305,3 +306,43 @@ async def test_a_client_that_goes_away_releases_its_session(serve, key):
     async with connect(url_for(running, key)) as ws:
         await ws.send(audio_event(CHUNK))
     await until(lambda: recognizer.sessions and recognizer.sessions[0].closed, "session closed")
+
+
+async def test_queued_audio_sent_in_one_burst_is_too_big_as_on_aws(serve, key):
+    """Seconds of audio at once (a page's queue flushed when the socket opens): Transcribe
+    wants it at the pace it was spoken, and refuses a burst."""
+    running = serve(FixedWordsRecognizer())
+    failure = await failure_of(url_for(running, key), *[audio_event(CHUNK)] * 40)
+    assert failure.type == "BadRequestException"
+    assert failure.message.startswith("Your stream is too big.")
+
+
+async def test_audio_at_twice_real_time_is_taken(serve, key):
+    running = serve(FixedWordsRecognizer())
+    async with connect(url_for(running, key)) as ws:
+        for _ in range(30):  # 3 s of audio in 1.5 s
+            await ws.send(audio_event(CHUNK))
+            await asyncio.sleep(0.05)
+        await ws.send(end_of_stream())
+        events = await results_until_closed(ws)
+    assert not any(isinstance(event, Exception) for event in events), events
+    assert transcripts(events)[-1][1] is False  # a final result
+
+
+async def test_a_stream_beyond_the_accounts_concurrent_streams_is_limit_exceeded(serve, key):
+    running = serve(FixedWordsRecognizer())
+    running.endpoint.max_streams = 1
+    async with connect(url_for(running, key)) as first:
+        await first.send(audio_event(CHUNK))
+        await until(lambda: running.endpoint.counters.live == 1, "the first stream open")
+        failure = await failure_of(url_for(running, key), audio_event(CHUNK))
+        assert failure.type == "LimitExceededException"
+        assert "limit of concurrent streams" in failure.message
+        await first.send(end_of_stream())
+        assert not any(isinstance(e, Exception) for e in await results_until_closed(first))
+    await until(lambda: running.endpoint.counters.live == 0, "the first stream closed")
+    async with connect(url_for(running, key)) as again:  # a place is free again
+        await again.send(audio_event(CHUNK))
+        await again.send(end_of_stream())
+        assert not any(isinstance(e, Exception) for e in await results_until_closed(again))
+    assert running.endpoint.counters.streams_over_quota == 1

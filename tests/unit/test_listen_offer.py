@@ -11,11 +11,13 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from botocore.credentials import Credentials
 
+from functions.access.listen_answer import answer_listen
 from functions.access.listen_signer import (
     AssumedRole,
     ListenSettingsError,
     ListenSigner,
 )
+from functions.conversation.state import MemoryConversation
 from functions.handlers.listen import listen
 from voicewire.client_protocol import ListenAction, parse_action
 from voicewire.error_codes import ErrorCode, ProtocolError
@@ -42,13 +44,13 @@ def test_the_offer_is_a_presigned_transcribe_url_for_the_asked_language_and_rate
     assert query["X-Amz-Credential"].endswith("/eu-west-1/transcribe/aws4_request")
     assert query["X-Amz-Security-Token"] == "session-token"
     assert (query["X-Amz-Expires"], query["sample-rate"], query["language-code"]) == (
-        "300",
+        "15",
         "8000",
         "en-US",
     )
     assert query["partial-results-stability"] == "high"
     assert len(query["session-id"]) == 36
-    assert (offer.type, offer.sample_rate, offer.expires_in_s) == ("listen", 8000, 300)
+    assert (offer.type, offer.sample_rate, offer.expires_in_s) == ("listen", 8000, 15)
 
 
 def test_each_offer_is_a_new_session():
@@ -123,11 +125,13 @@ def message_event(body: str) -> dict:
 
 def test_the_listen_route_answers_in_its_response_body():
     signer = ListenSigner(SETTINGS, lambda: KEY)
-    answered = listen(message_event('{"action": "listen"}'), signer)
+    state = MemoryConversation()
+    answered = listen(message_event('{"action": "listen"}'), signer, lambda _: state)
     assert answered["statusCode"] == 200
     frame = json.loads(answered["body"])
     assert frame["type"] == "listen" and frame["url"].startswith("wss://transcribestreaming.")
-    refused = json.loads(listen(message_event('{"action": "listen", "x": '), signer)["body"])
+    bad = message_event('{"action": "listen", "x": ')
+    refused = json.loads(listen(bad, signer, lambda _: state)["body"])
     assert (refused["type"], refused["code"]) == ("error", "invalid_json")
 
 
@@ -149,6 +153,65 @@ def test_the_signer_reads_its_settings_from_the_environment():
     for expires in ("301", "0", "soon"):
         with pytest.raises(ListenSettingsError, match="VOICEWIRE_LISTEN_EXPIRES_S"):
             ListenSigner.from_env({"VOICEWIRE_LISTEN_EXPIRES_S": expires})
+    limited = ListenSigner.from_env({"VOICEWIRE_MAX_LISTENS_PER_MINUTE": "4"})
+    assert (limited.settings.max_per_minute, limited.settings.expires_in_s) == (4, 15)
+    for limit in ("0", "-1", "many"):
+        with pytest.raises(ListenSettingsError, match="VOICEWIRE_MAX_LISTENS_PER_MINUTE"):
+            ListenSigner.from_env({"VOICEWIRE_MAX_LISTENS_PER_MINUTE": limit})
+
+
+def test_a_url_lives_only_long_enough_to_be_opened():
+    offer = listen_offer(ListenAction(action="listen"), KEY, ListenSettings(region="eu-west-1"))
+    assert query_of(offer.url)["X-Amz-Expires"] == "15" and offer.expires_in_s == 15
+
+
+def test_a_listen_flood_from_one_connection_is_refused_and_the_next_minute_admits_again():
+    signer = ListenSigner(ListenSettings(region="eu-west-1", max_per_minute=3), lambda: KEY)
+    state, other = MemoryConversation(), MemoryConversation()
+    minute = 60 * 29_000_000
+    answers = [
+        answer_listen(ListenAction(action="listen"), signer, state, minute + i) for i in range(5)
+    ]
+    assert [a.type for a in answers] == ["listen"] * 3 + ["error"] * 2
+    assert answers[3].code == ErrorCode.TOO_MANY_LISTENS and "at most 3" in answers[3].message
+    # Another connection is not held by this one's window, and a new minute admits again.
+    assert answer_listen(ListenAction(action="listen"), signer, other, minute + 5).type == "listen"
+    assert answer_listen(ListenAction(action="listen"), signer, state, minute + 60).type == "listen"
+
+
+def test_credentials_that_cannot_be_had_are_listen_unavailable_not_an_exception():
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    def refused():
+        raise ClientError(
+            {
+                "Error": {
+                    "Code": "AccessDenied",
+                    "Message": "not authorized to perform sts:AssumeRole",
+                }
+            },
+            "AssumeRole",
+        )
+
+    def unreachable():
+        raise EndpointConnectionError(endpoint_url="https://sts.amazonaws.com")
+
+    for credentials, said in ((refused, "AccessDenied"), (unreachable, "sts.amazonaws.com")):
+        signer = ListenSigner(SETTINGS, credentials)
+        frame = answer_listen(ListenAction(action="listen"), signer, MemoryConversation(), 0.0)
+        assert frame.type == "error" and frame.code == ErrorCode.LISTEN_UNAVAILABLE
+        assert said in frame.message and "type your question" in frame.message
+    # The next listen, the role assumable again, is answered.
+    signer = ListenSigner(SETTINGS, lambda: KEY)
+    assert (
+        answer_listen(ListenAction(action="listen"), signer, MemoryConversation(), 0.0).type
+        == "listen"
+    )
+
+
+def test_the_china_regions_get_their_partitions_transcribe_host():
+    offer = listen_offer(ListenAction(action="listen"), KEY, ListenSettings(region="cn-north-1"))
+    assert urlsplit(offer.url).netloc == "transcribestreaming.cn-north-1.amazonaws.com.cn:8443"
 
 
 class CountingSts:

@@ -25,13 +25,20 @@ from dataclasses import dataclass
 from voicewire.client_protocol import ListenAction, ListenOffer
 from voicewire.error_codes import ErrorCode, ProtocolError
 from voicewire.speech_in.transcribe_url import (
-    MAX_EXPIRES,
     AwsCredentials,
     TranscribeUrlError,
     presigned_transcribe_url,
 )
 
 DEFAULT_LANGUAGES = frozenset({"en-US"})  # what the agent answers in (Kokoro's English voices)
+# How long a URL may be opened after it is minted: the page opens it at once, so seconds are
+# enough, and a URL that leaks or is hoarded is soon useless (Transcribe checks X-Amz-Expires at
+# the handshake; a stream already open goes on). 300, Transcribe's maximum, before.
+URL_SECONDS = 15
+# Listen actions one connection may make per clock minute: a hands-free page asks one per turn
+# (and a few after a failed stream); each is a Transcribe stream the account pays for and one
+# of its concurrent streams, so a connection that asks more is refused (too_many_listens).
+MAX_LISTENS_PER_MINUTE = 20
 
 
 @dataclass(frozen=True)
@@ -40,7 +47,7 @@ class ListenSettings:
 
     region: str | None
     endpoint: str | None = None  # the local Transcribe endpoint; None: AWS's, for ``region``
-    expires_in_s: int = MAX_EXPIRES
+    expires_in_s: int = URL_SECONDS
     languages: frozenset[str] = DEFAULT_LANGUAGES
     # Transcribe's partial-results stabilization: items carry ``Stable``, and a client can act
     # on the first stable word (a voice barge-in) without waiting for the final result.
@@ -48,6 +55,7 @@ class ListenSettings:
     # Why this front door cannot take speech (no recognizer installed locally...): ``listen``
     # is then ``listen_unavailable`` with this sentence, and typing keeps working.
     unavailable: str | None = None
+    max_per_minute: int = MAX_LISTENS_PER_MINUTE  # per connection (``too_many_listens``)
 
 
 def listen_offer(

@@ -34,6 +34,8 @@ from botocore.auth import SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from voicewire.aws_domains import dns_suffix
+
 SERVICE = "transcribe"  # the SigV4 service name (not the host's "transcribestreaming")
 PATH = "/stream-transcription-websocket"
 AWS_PORT = 8443
@@ -82,7 +84,7 @@ def presigned_transcribe_url(
     *,
     partial_results_stability: Stability | None = None,
 ) -> str:
-    """A ``wss://transcribestreaming.{region}.amazonaws.com:8443/stream-transcription-websocket``
+    """A ``wss://transcribestreaming.{region}.{suffix}:8443/stream-transcription-websocket``
     URL, valid for ``expires`` seconds from now, that starts one streaming transcription.
 
     ``credentials``: botocore credentials (``session.get_credentials()``; a refreshable one is
@@ -173,7 +175,8 @@ def _check_sample_rate(sample_rate: int) -> None:
 def _origin(endpoint: str | None, region: str) -> tuple[str, str]:
     """The WebSocket scheme to hand out, and the HTTP origin botocore signs."""
     if endpoint is None:
-        return "wss", f"https://transcribestreaming.{region}.amazonaws.com:{AWS_PORT}"
+        # The partition's suffix: amazonaws.com.cn in the China Regions (botocore's data).
+        return "wss", f"https://transcribestreaming.{region}.{dns_suffix(region)}:{AWS_PORT}"
     parts = urlsplit(endpoint)
     if parts.scheme not in ("ws", "wss") or not parts.hostname:
         raise TranscribeUrlError(

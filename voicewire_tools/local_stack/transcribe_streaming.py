@@ -52,6 +52,23 @@ with "Status Code: 400", and in awslabs/amazon-transcribe-streaming-sdk#118). Ev
 1000 "Streaming completed successfully", the reason a Transcribe client reported even for a
 stream it had sent bad audio to (amazon-archives/amazon-transcribe-websocket-static#2).
 
+**The pace.** Transcribe wants audio at the pace it is spoken ("the audio chunks should be rate
+limited to match the appropriate realtime bitrate", awslabs/amazon-transcribe-streaming-sdk#9);
+a client that sends seconds of queued audio at once is refused with a ``BadRequestException``
+"Your stream is too big. Reduce the frame size and try your request again." (the words users
+report: aws-samples/amazon-transcribe-live-call-analytics#41, aws/aws-sdk-java-v2#2550). Where
+AWS draws the line is not published: here a stream may run ``BURST_SECONDS`` of audio ahead of
+``MAX_PACE`` times the time since it opened (voicewire's clients send at most twice real time,
+``voicewire.speech_in.transcribe_client.MAX_PACE``; this is stricter than nothing and looser
+than them, so the suite sees a burst again).
+
+**Concurrency.** The account's quota of concurrent WebSocket streams (25 by default on AWS,
+"Guidelines and quotas" in the developer guide; ``max_streams`` here): a stream beyond it is
+upgraded and answered with a ``LimitExceededException`` ("You have reached your limit of
+concurrent streams...": the class's description in the SDKs' reference: "typically the
+concurrent stream service quota"), then a close. Whether AWS refuses it at the handshake instead
+is unverified without an account (docs/decisions.md).
+
 **Results.** The recognizer (``speech_recognizer.Recognizer``) is fed in a worker thread, one
 call at a time, while frames keep being read (the idle clock counts from the last audio
 *received*, not processed); its hypotheses become ``TranscriptEvent`` messages, one result each,
@@ -115,6 +132,14 @@ _T = TypeVar("_T")
 REGION = "us-east-1"  # where this endpoint is, unless told otherwise
 IDLE_TIMEOUT = 15.0  # seconds without audio before Transcribe ends a stream
 MAX_CHUNK_SECONDS = 1.0  # the longest audio one AudioEvent may carry
+MAX_PACE = 3.0  # audio seconds per second a stream may be sent at, beyond its burst
+BURST_SECONDS = 2.0  # audio a stream may run ahead of MAX_PACE (jitter, a first queued chunk)
+MAX_STREAMS = 25  # Transcribe's default quota of concurrent WebSocket streams per account
+TOO_BIG = "Your stream is too big. Reduce the frame size and try your request again."
+OVER_QUOTA = (
+    "You have reached your limit of concurrent streams. Reduce the number of concurrent "
+    "streams and try your request again."
+)
 SAMPLE_WIDTH = 2  # pcm: signed 16-bit
 CLOSE_REASON = "Streaming completed successfully"
 UNEXPECTED_FRAME = "Unexpected WebSocket frame received."
@@ -303,6 +328,8 @@ class EndpointCounters:
     streams_opened: int = 0  # upgraded
     streams_refused: int = 0  # answered 403 at the handshake
     streams_failed: int = 0  # ended by an exception message
+    streams_over_quota: int = 0  # refused with LimitExceededException
+    live: int = 0  # streams open now
     audio_events: int = 0
     transcript_events: int = 0
 
@@ -315,6 +342,7 @@ class LocalTranscribeStreaming:
     verifier: PresignedQueryVerifier
     idle_timeout: float = IDLE_TIMEOUT
     counters: EndpointCounters = field(default_factory=EndpointCounters)
+    max_streams: int = MAX_STREAMS  # the account's concurrent streams
 
     @classmethod
     def accepting(
@@ -372,8 +400,16 @@ class LocalTranscribeStreaming:
             await _fail(websocket, failure)
             return
         await websocket.accept(headers=_answer_headers(request_id, request.session_id))
+        if self.counters.live >= self.max_streams:
+            self.counters.streams_over_quota += 1
+            await _fail(websocket, StreamFailure("LimitExceededException", OVER_QUOTA))
+            return
         self.counters.streams_opened += 1
-        await _Stream(self, websocket, request).run()
+        self.counters.live += 1
+        try:
+            await _Stream(self, websocket, request).run()
+        finally:
+            self.counters.live -= 1
 
 
 def _answer_headers(request_id: str, session_id: str | None) -> list[tuple[bytes, bytes]]:
@@ -465,7 +501,8 @@ class _Stream:
         failure), or the client gone."""
         loop = asyncio.get_running_loop()
         timeout = self.endpoint.idle_timeout
-        last_audio = loop.time()
+        opened = last_audio = loop.time()
+        audio_s = 0.0  # received so far
         while True:
             try:
                 async with asyncio.timeout_at(last_audio + timeout):
@@ -495,6 +532,9 @@ class _Stream:
                 return failure
             self.endpoint.counters.audio_events += 1
             last_audio = loop.time()
+            audio_s += len(pcm) / SAMPLE_WIDTH / self.request.sample_rate
+            if audio_s > BURST_SECONDS + MAX_PACE * (last_audio - opened):
+                return StreamFailure("BadRequestException", TOO_BIG)
             await self.audio.put(pcm or _END)
             if not pcm:
                 return None
