@@ -114,8 +114,9 @@ def add_local_commands(commands: argparse._SubParsersAction) -> None:  # type: i
         "--pace",
         type=float,
         default=1.0,
-        help="with --audio: stream at this many times real time (1: as spoken, the default; 0: "
-        "as fast as it goes)",
+        help="with --audio: stream at this many times real time (1: as spoken, the default; at "
+        "most 2, since Transcribe refuses audio sent faster than it is spoken; 0: 2, the "
+        "fastest it takes)",
     )
     ask.add_argument("--mode", choices=["bidi", "batch"], default="bidi")
     ask.add_argument("--speak", metavar="TEXT", help="speak TEXT instead of asking")

@@ -583,7 +583,8 @@ function offered(frame) {
 /** An error frame that answers a listen (it names no turn): true if it was one. */
 function listenRefused(frame) {
   if (!speech.offers.length || frame.turn_id) return false;
-  const ours = NO_SPEECH.has(frame.code) || frame.code === "invalid_field";
+  const ours =
+    NO_SPEECH.has(frame.code) || frame.code === "invalid_field" || frame.code === "too_many_listens";
   if (!ours || (frame.code === "unknown_action" && !/\blisten\b/.test(frame.message || ""))) {
     return false;
   }
@@ -708,6 +709,13 @@ async function openSession() {
           ? "This API does not take speech (it has no listen action): type instead."
           : error.message;
       stopListening(speech.unavailable, "unavailable");
+    } else if (error.code === "too_many_listens") {
+      // This connection asked for more Transcribe URLs a minute than the API gives one: a page
+      // caught in a loop, or a person pressing Listen over and over. Typing still works.
+      stopListening(
+        `Listening stopped: ${error.message} Press Listen again in a minute; typing still works.`,
+        "error",
+      );
     } else {
       const code = error.code ? `${error.code}: ` : "";
       stopListening(`Listening stopped: ${code}${error.message}`, "error");
@@ -752,9 +760,20 @@ function streamFailed(stream, error) {
   if (speech.releasing) return; // push-to-talk: what came decides the turn
   speech.failures += 1;
   const why = `${error.type}: ${error.message}`;
+  if (error.type === "LimitExceededException") {
+    // The account's concurrent Transcribe streams are all taken (25 by default): asking again
+    // at once would take another place, so the page stops and says what the person can do.
+    stopListening(
+      "Listening stopped: too many people are speaking to this service at once " +
+        `(${why}). Type your question, or press Listen again in a minute.`,
+      "error",
+    );
+    return;
+  }
   if (speech.failures > MAX_STREAM_FAILURES) {
     stopListening(
-      `Listening stopped: Transcribe failed ${speech.failures} times in a row (${why}).`,
+      `Listening stopped: Transcribe failed ${speech.failures} times in a row (${why}).` +
+        blockedPortHint(stream, error),
       "error",
     );
     return;
@@ -765,6 +784,22 @@ function streamFailed(stream, error) {
   setTimeout(() => {
     if (speech.mode && generation === speech.generation) openSession();
   }, 250 * speech.failures);
+}
+
+/** Why a stream that never opened might not have: AWS's Transcribe listens on port 8443, which
+ * some networks (offices, hotels) block while 443 works. */
+function blockedPortHint(stream, error) {
+  if (!error.refused) return "";
+  let port = "";
+  try {
+    port = new URL(stream.url).port;
+  } catch {
+    return "";
+  }
+  return port === "8443"
+    ? " Transcribe is reached on port 8443: a network that blocks that port blocks speech in" +
+        " (docs/deploy.md, \"Speech in\"); typing still works."
+    : "";
 }
 
 /** What listening.js says happened. */

@@ -271,9 +271,17 @@ export function readResult(frame) {
 
 export const CHUNK_MS = 100; // each AudioEvent (Transcribe takes 50-200 ms; at most 1 s)
 const QUEUE_MS = 10_000; // audio kept while the socket opens; older audio is dropped
+// Audio queued while the socket opened is sent at twice real time, not at once: Transcribe
+// refuses a stream sent faster than it is spoken ("Your stream is too big...", the local
+// endpoint's docstring gives the sources), and twice is what voicewire's Python client sends at
+// too (voicewire/speech_in/transcribe_client.py, MAX_PACE). Live audio that arrives while the
+// queue drains waits behind it, so the order never changes.
+export const DRAIN_PACE = 2;
+const DRAIN_EVERY_MS = CHUNK_MS / DRAIN_PACE;
 
 /** One Transcribe session: opens a presigned URL (each URL opens one), sends the microphone's
- * PCM in AudioEvents of 100 ms (audio given before the socket opens waits, up to 10 s), ends
+ * PCM in AudioEvents of 100 ms (audio given before the socket opens waits, up to 10 s, and is
+ * sent at twice real time once it opens), ends
  * with the empty AudioEvent, and calls back:
  *   onResult(result): each result of each TranscriptEvent (pageResult's shape), partial ones
  *     repeating and growing under one id until its final one;
@@ -294,6 +302,7 @@ export class TranscribeStream {
     this.pending = new Uint8Array(this.chunkBytes); // the next chunk, filling
     this.filled = 0;
     this.queue = []; // whole chunks (ArrayBuffers of AudioEvents) waiting for the socket
+    this.drainTimer = null; // while the queue drains after the socket opened
     this.socket = null;
     this.opened = false;
     this.ended = false; // end() was called: the empty AudioEvent is sent (or queued)
@@ -322,12 +331,12 @@ export class TranscribeStream {
     this.socket = socket;
     socket.onopen = () => {
       this.opened = true;
-      for (const message of this.queue) this.transmit(message);
-      this.queue = [];
+      this.drain();
     };
     socket.onmessage = (event) => this.received(event.data);
     socket.onclose = (event) => {
       this.closed = true;
+      this.stopDraining();
       const reason = event.reason ? ` "${event.reason}"` : "";
       if (!this.opened) {
         this.fail({
@@ -382,6 +391,7 @@ export class TranscribeStream {
     this.onResult = () => {};
     this.onError = () => {};
     this.ended = true;
+    this.stopDraining();
     if (this.socket && this.socket.readyState <= 1) this.socket.close(1000, "closed by the page");
   }
 
@@ -394,13 +404,35 @@ export class TranscribeStream {
   }
 
   enqueue(message) {
-    if (this.opened) {
+    if (this.opened && this.queue.length === 0) {
       this.transmit(message);
       return;
     }
     this.queue.push(message);
+    if (this.opened) return; // draining: nothing is dropped once the socket is open
     const most = Math.ceil(QUEUE_MS / CHUNK_MS) + 1;
     if (this.queue.length > most) this.queue.splice(0, this.queue.length - most);
+  }
+
+  /** Send the first queued message now and the rest one every 50 ms (twice real time). */
+  drain() {
+    if (this.queue.length === 0 || this.drainTimer !== null) return;
+    const step = () => {
+      if (this.closed || this.queue.length === 0) {
+        this.stopDraining();
+        return;
+      }
+      this.transmit(this.queue.shift());
+      if (this.queue.length === 0) this.stopDraining();
+    };
+    this.drainTimer = setInterval(step, DRAIN_EVERY_MS);
+    step();
+  }
+
+  stopDraining() {
+    if (this.drainTimer === null) return;
+    clearInterval(this.drainTimer);
+    this.drainTimer = null;
   }
 
   transmit(message) {

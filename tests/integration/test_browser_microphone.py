@@ -374,7 +374,9 @@ async def test_the_pages_event_stream_codec_is_pythons_byte_for_byte(module_page
 async def test_the_transcribe_stream_sends_100_ms_chunks_then_the_end(module_page):
     """Against a stand-in socket: audio given before the socket opens waits; it goes out in
     AudioEvents of 100 ms (16 kHz: 3200 bytes), the rest at end(), then the empty AudioEvent;
-    results and an exception come back through the callbacks."""
+    what waited goes at twice real time (one 100 ms event every 50 ms: Transcribe refuses a
+    burst), live audio behind it in order; results and an exception come back through the
+    callbacks."""
     incoming = [
         transcript_event(
             [
@@ -397,10 +399,13 @@ async def test_the_transcribe_stream_sends_100_ms_chunks_then_the_end(module_pag
             const sockets = [];
             class StandIn {
                 constructor(url) {
-                    Object.assign(this, {url, readyState: 0, sent: []});
+                    Object.assign(this, {url, readyState: 0, sent: [], at: []});
                     sockets.push(this);
                 }
-                send(message) { this.sent.push(text(message)); }
+                send(message) {
+                    this.sent.push(text(message));
+                    this.at.push(performance.now());
+                }
                 close() { this.readyState = 3; }
             }
             const results = [];
@@ -415,17 +420,27 @@ async def test_the_transcribe_stream_sends_100_ms_chunks_then_the_end(module_pag
             const before = socket.sent.length;
             socket.readyState = 1;
             socket.onopen();
+            const atOpen = socket.sent.length;
             stream.send(new Uint8Array(1600).fill(9));
             stream.send(new Uint8Array(480).fill(10));
             stream.end();
             stream.send(new Uint8Array(1600)); // after the end: nothing
+            const waitedFrom = performance.now();
+            while (socket.sent.length < 5 && performance.now() - waitedFrom < 5000) {
+                await new Promise((done) => setTimeout(done, 10));
+            }
             for (const frame of incoming) socket.onmessage({data: raw(frame).buffer});
-            return {before, binaryType: socket.binaryType, sent: socket.sent, results, errors,
-                    state: stream.state};
+            const gaps = socket.at.slice(1).map((at, i) => at - socket.at[i]);
+            return {before, atOpen, gaps, binaryType: socket.binaryType, sent: socket.sent,
+                    results, errors, state: stream.state};
         }""",
         [b64(frame) for frame in incoming],
     )
     assert out["before"] == 0 and out["binaryType"] == "arraybuffer"
+    assert out["atOpen"] == 1  # the first waiting event at once, the others paced
+    # 100 ms of audio every 50 ms at most (timers fire late, never early: a little slack for
+    # the clock's rounding).
+    assert all(gap >= 45 for gap in out["gaps"]), out["gaps"]
     payloads = [read_audio_event(base64.b64decode(frame)) for frame in out["sent"]]
     assert [len(payload) for payload in payloads] == [3200, 3200, 3200, 480, 0]
     assert payloads[0] == bytes([1] * 1600 + [2] * 1600)

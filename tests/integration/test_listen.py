@@ -182,6 +182,22 @@ def test_ask_audio_streams_a_recording_and_prints_the_timeline(listening_stack, 
     assert (tmp_path / "a.wav").stat().st_size > 44
 
 
+def test_ask_audio_pace_0_is_twice_real_time_and_a_faster_pace_is_refused(
+    listening_stack, tmp_path
+):
+    """Transcribe refuses audio sent in a burst (the local endpoint as AWS does): ``--pace 0``
+    streams at 2x, the fastest it takes, and says so; more is refused before anything is sent."""
+    recording = tmp_path / "long-question.wav"
+    write_tone(recording, seconds=6.0)
+    out = str(tmp_path / "a.wav")
+    fast = ask_audio(listening_stack, "--audio", str(recording), "--pace", "0", "--out", out)
+    assert fast.returncode == 0, fast.stderr + fast.stdout  # sent at once: "too big"
+    assert "final: 'What time is it in Paris?'" in fast.stdout
+    faster = ask_audio(listening_stack, "--audio", str(recording), "--pace", "5")
+    assert faster.returncode != 0
+    assert "Transcribe refuses audio sent in a burst" in faster.stderr
+
+
 def test_ask_audio_says_what_is_wrong_with_a_file_that_is_not_audio(listening_stack, tmp_path):
     bogus = tmp_path / "question.wav"
     bogus.write_text("not audio at all")

@@ -10,6 +10,7 @@ the protocol (a stable word changed, a final segment updated, times out of order
 
 from __future__ import annotations
 
+import asyncio
 from itertools import pairwise
 
 import numpy as np
@@ -171,8 +172,11 @@ async def test_the_local_transcribe_endpoint_streams_what_it_hears(recognizer, s
         audio, _ = layout(spoken, 0.3, "tokyo", 1.0)
         pcm = pcm_at(audio, 16_000)
         async with connect(url) as ws:
-            for at in range(0, len(pcm), 3200):  # 100 ms AudioEvents, as a browser sends them
+            # 100 ms AudioEvents, as a browser sends them, at twice real time (Transcribe
+            # refuses audio sent faster than it is spoken: the endpoint's pace rule).
+            for at in range(0, len(pcm), 3200):
                 await ws.send(audio_event(pcm[at : at + 3200]))
+                await asyncio.sleep(0.05)
             await ws.send(end_of_stream())
             events = [read_result(frame) async for frame in ws]
     finally:

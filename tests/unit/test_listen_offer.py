@@ -243,3 +243,12 @@ def test_an_assumed_role_is_kept_while_it_outlives_a_url_and_assumed_again_after
     role = AssumedRole("arn:aws:iam::123456789012:role/listen", short)
     role(), role()
     assert len(short.calls) == 2
+
+
+def test_a_recording_is_streamed_at_most_twice_real_time():
+    from voicewire.speech_in.transcribe_client import MAX_PACE, pace_of
+
+    assert (pace_of(1.0), pace_of(0), pace_of(2.0), MAX_PACE) == (1.0, 2.0, 2.0, 2.0)
+    for pace in (2.5, -1.0):
+        with pytest.raises(ValueError, match="Transcribe refuses audio sent in a burst"):
+            pace_of(pace)

@@ -39,7 +39,7 @@ class NothingHeard(Exception):
 class SpokenQuestion:
     pcm: bytes  # 16-bit little-endian mono
     sample_rate: int
-    pace: float = 1.0  # 1: as spoken; 0: as fast as it goes
+    pace: float = 1.0  # 1: as spoken; up to 2 (transcribe_client.MAX_PACE); 0: that fastest
     language_code: str = "en-US"
     limit_seconds: float = 30
     # None: the question is the whole recording; a rule: the turn ends as a live client ends it

@@ -2,10 +2,12 @@
 benchmark send through a ``listen`` URL, as a microphone would.
 
 The recording goes out in ``AudioEvent`` messages of ``chunk_ms`` (100 ms: inside the guide's
-50-200 ms) at ``pace`` times real time (1.0: as spoken; 0: as fast as the socket takes them),
-then the empty ``AudioEvent``; results are read while it is sent, until Transcribe closes the
-stream. A ``TranscribeException`` (a bad URL, audio refused, a recognizer that failed) is raised
-as it came.
+50-200 ms) at ``pace`` times real time (1.0: as spoken; at most ``MAX_PACE``, 2; 0: that most),
+then the empty ``AudioEvent``. Transcribe wants audio at the pace it is spoken and refuses a
+burst ("Your stream is too big"): twice real time is what the page drains a backlog at too.
+Results are read while it is sent, until Transcribe closes the stream. A
+``TranscribeException`` (a bad URL, audio refused, a recognizer that failed) is raised as it
+came.
 
 ``end_of_turn``: decide the end of the turn as a live client does (``end_of_turn.EndOfTurn``, the
 rule the page's ``web/listening.js`` applies), not at the end of the file: once a final result
@@ -31,6 +33,19 @@ from voicewire.speech_in.transcribe_events import (
     end_of_stream,
     read_result,
 )
+
+MAX_PACE = 2.0  # the fastest a recording or a queue of microphone audio is sent to Transcribe
+
+
+def pace_of(pace: float) -> float:
+    """The pace to stream at: ``pace`` times real time, 0 for the fastest (``MAX_PACE``);
+    ValueError outside 0 to ``MAX_PACE``."""
+    if not 0 <= pace <= MAX_PACE:
+        raise ValueError(
+            f"pace must be 0 (the fastest Transcribe takes: {MAX_PACE:g}x real time) to "
+            f"{MAX_PACE:g}, not {pace:g}: Transcribe refuses audio sent in a burst"
+        )
+    return pace or MAX_PACE
 
 
 @dataclass(frozen=True)
@@ -76,6 +91,7 @@ async def transcribe(
 ) -> Transcription:
     """Stream ``pcm`` (16-bit little-endian mono at ``sample_rate``) to the presigned ``url``;
     every result Transcribe sent. Raises ``TranscribeException``."""
+    pace = pace_of(pace)
     transcription = Transcription(audio_s=len(pcm) / 2 / sample_rate)
     chunk = sample_rate * chunk_ms // 1000 * 2
     started = time.perf_counter()
@@ -87,9 +103,9 @@ async def transcribe(
 
         async def send_audio() -> None:
             for index, offset in enumerate(range(0, len(pcm), chunk)):
-                if pace > 0:  # as a microphone: each chunk once it has been spoken
-                    due = started + index * chunk_ms / 1000 / pace
-                    await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                # As a microphone (or faster, up to MAX_PACE): each chunk once it is due.
+                due = started + index * chunk_ms / 1000 / pace
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
                 await stream.send(audio_event(pcm[offset : offset + chunk]))
             transcription.sent_ms = elapsed_ms()
             await stream.send(end_of_stream())
@@ -97,7 +113,7 @@ async def transcribe(
         sending = asyncio.create_task(send_audio())
         frames = aiter(stream)
         try:
-            async with asyncio.timeout(limit_seconds + transcription.audio_s / max(pace, 1e-3)):
+            async with asyncio.timeout(limit_seconds + transcription.audio_s / pace):
                 while True:
                     last = transcription.results[-1] if transcription.results else None
                     waiting = (

@@ -69,7 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "after one that does not (voicewire/speech_in/end_of_turn.py; the page's defaults)",
     )
     parser.add_argument(
-        "--pace", type=float, default=1.0, help="stream at this many times real time"
+        "--pace",
+        type=float,
+        default=1.0,
+        help="stream at this many times real time (at most 2: Transcribe refuses bursts)",
     )
 
 

@@ -12,6 +12,7 @@ from websockets.exceptions import InvalidStatus
 
 from voicewire.speech_in.recording import DEFAULT_RATE, RecordingError, read_speech
 from voicewire.speech_in.spoken_question import ListenRefused, NothingHeard, SpokenQuestion
+from voicewire.speech_in.transcribe_client import pace_of
 from voicewire.speech_in.transcribe_events import TranscribeException
 from voicewire.turn_client import TimedEvent, heard_ms_of, list_voices, run_turn
 
@@ -166,8 +167,10 @@ def _spoken_question(args: argparse.Namespace) -> SpokenQuestion:
         sys.exit(
             "voicewire ask: --audio asks the question in the recording; no PROMPT, --speak or --sse"
         )
-    if args.pace < 0:
-        sys.exit("voicewire ask: --pace must be 0 (as fast as it goes) or more")
+    try:
+        pace_of(args.pace)
+    except ValueError as error:
+        sys.exit(f"voicewire ask: --{error}")
     try:
         pcm = read_speech(Path(args.audio))
     except RecordingError as error:
