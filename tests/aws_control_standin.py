@@ -1,14 +1,15 @@
 """A real HTTP server that speaks what moto does not: Bedrock's model-access API (REST-JSON:
 ``GET /foundation-model-availability/{modelId}``, ``GET /use-case-for-model-access``), Bedrock
-runtime's ``POST /model/{modelId}/converse``, Service Quotas' ``ListServiceQuotas`` (JSON 1.1,
-``X-Amz-Target``) and Lambda's ``GET /2016-08-19/account-settings`` (``GetAccountSettings``, which
-moto answers "Not yet implemented"), with the response and error shapes of botocore's service
-models. boto3's real clients reach it through ``AWS_ENDPOINT_URL_<SERVICE>``, next to moto for
-the rest."""
+runtime's ``POST /model/{modelId}/converse``, Service Quotas' ``ListServiceQuotas`` and
+``ListAWSDefaultServiceQuotas`` (JSON 1.1, ``X-Amz-Target``) and Lambda's
+``GET /2016-08-19/account-settings`` (``GetAccountSettings``, which moto answers "Not yet
+implemented"), with the response and error shapes of botocore's service models. boto3's real
+clients reach it through ``AWS_ENDPOINT_URL_<SERVICE>``, next to moto for the rest."""
 
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -27,7 +28,11 @@ class Account:
     region: str = "AVAILABLE"
     use_case_submitted: bool = True
     converse_error: tuple[str, str] | None = None  # (error type, message)
-    quotas: dict[str, float] = field(default_factory=dict)  # quota name -> value
+    quotas: dict[str, float] = field(default_factory=dict)  # SageMaker's: quota name -> value
+    # Other services' quotas with a value applied to the account (ListServiceQuotas lists only
+    # those), and AWS's defaults (ListAWSDefaultServiceQuotas): service code -> name -> value.
+    applied: dict[str, dict[str, float]] = field(default_factory=dict)
+    defaults: dict[str, dict[str, float]] = field(default_factory=dict)
     # Lambda's AccountLimit: 1000 is the documented default; new accounts have less.
     lambda_concurrency: int = 1000
     lambda_unreserved: int | None = None  # None: nothing reserved, all of it
@@ -84,17 +89,29 @@ def serve(account: Account) -> LoopbackServer:
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
             target = self.headers.get("X-Amz-Target", "")
-            if target == "ServiceQuotasV20190624.ListServiceQuotas":
-                account.calls.append(f"ListServiceQuotas {body['ServiceCode']}")
+            if target in (
+                "ServiceQuotasV20190624.ListServiceQuotas",
+                "ServiceQuotasV20190624.ListAWSDefaultServiceQuotas",
+            ):
+                operation = target.split(".")[1]
+                code = body["ServiceCode"]
+                account.calls.append(f"{operation} {code}")
+                if operation == "ListServiceQuotas":
+                    listed = account.quotas if code == "sagemaker" else account.applied.get(code)
+                else:
+                    listed = account.defaults.get(code)
                 quotas = [
                     {
-                        "ServiceCode": "sagemaker",
+                        "ServiceCode": code,
                         "QuotaName": name,
                         "Value": value,
-                        "QuotaCode": f"L-{index:08X}",
+                        # A quota's code is the same in both lists.
+                        "QuotaCode": f"L-{index:08X}"
+                        if code == "sagemaker"
+                        else f"L-{zlib.crc32(name.encode()):08X}",
                         "Adjustable": True,
                     }
-                    for index, (name, value) in enumerate(account.quotas.items())
+                    for index, (name, value) in enumerate((listed or {}).items())
                 ]
                 self._json(200, {"Quotas": quotas}, "application/x-amz-json-1.1")
             elif self.path.endswith("/converse"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import zlib
 
 import boto3
 import pytest
@@ -354,3 +355,69 @@ def test_what_the_account_needs_is_one_block_of_lines():
         "  ok    API Gateway CloudWatch role: arn:aws:iam::1:role/r",
         "  NEED  Bedrock model m: not subscribed yet",
     ]
+
+
+# --- Transcribe's concurrent streams -----------------------------------------------------------
+
+# The stand-in's names: the page's streams count against the WebSocket one, not Transcribe
+# Medical's nor the SDKs' HTTP/2 one (the quota's exact name on AWS is unverified: the check
+# matches words, docs/decisions.md).
+STREAMS = "Concurrent WebSocket streams for streaming transcription"
+MEDICAL = "Concurrent WebSocket streams for Amazon Transcribe Medical streaming transcription"
+HTTP2 = "Concurrent HTTP/2 streams for streaming transcription"
+
+
+def test_transcribes_default_of_25_streams_is_said_against_the_conversations(control):
+    """A fresh account has no applied value (ListServiceQuotas lists none): AWS's default is
+    read. 25 streams are about 12 listening conversations; 152 need 304."""
+    control.defaults = {"transcribe": {MEDICAL: 20.0, HTTP2: 25.0, STREAMS: 25.0}}
+    finding = readiness.transcribe_streams(session(), conversations=152)
+    assert (finding.ready, finding.blocks) == (False, False)  # deploying is not stopped
+    assert finding.detail.startswith(
+        f"'{STREAMS}' is 25 in us-east-1: about 12 conversations can listen at once"
+    )
+    assert "against the 152 the speech fleet serves at its largest" in finding.detail
+    assert "refused with LimitExceededException" in finding.detail
+    code = f"L-{zlib.crc32(STREAMS.encode()):08X}"
+    assert f"request an increase to at least 304 in Service Quotas (quota {code})" in (
+        finding.detail
+    )
+    assert control.calls == [
+        "ListServiceQuotas transcribe",
+        "ListAWSDefaultServiceQuotas transcribe",
+    ]
+
+
+def test_an_applied_transcribe_quota_is_the_one_read(control):
+    control.applied = {"transcribe": {STREAMS: 400.0}}
+    control.defaults = {"transcribe": {STREAMS: 25.0}}
+    finding = readiness.transcribe_streams(session(), conversations=152)
+    assert finding.ready and finding.detail.startswith(f"'{STREAMS}' is 400 in us-east-1")
+    assert "about 200 conversations can listen at once" in finding.detail
+    assert control.calls == ["ListServiceQuotas transcribe"]
+    # Exactly enough: two streams for each conversation.
+    control.applied = {"transcribe": {STREAMS: 304.0}}
+    assert readiness.transcribe_streams(session(), conversations=152).ready
+    control.applied = {"transcribe": {STREAMS: 303.0}}
+    assert not readiness.transcribe_streams(session(), conversations=152).ready
+
+
+def test_a_region_that_lists_no_such_quota_is_said_with_the_documented_default(control):
+    control.defaults = {"transcribe": {MEDICAL: 20.0}}  # the medical one is not ours
+    finding = readiness.transcribe_streams(session(), conversations=152)
+    assert not finding.ready
+    assert finding.detail.startswith(
+        "Service Quotas names no WebSocket streaming quota for Transcribe in us-east-1; AWS's "
+        "documented default is 25: about 12 conversations"
+    )
+    assert "at least 304 in Service Quotas (Amazon Transcribe's concurrent WebSocket streams)" in (
+        finding.detail
+    )
+
+
+def test_no_permission_to_read_quotas_is_said_not_guessed(aws, monkeypatch):
+    # Nothing answers on this port: the check cannot run, and says so.
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SERVICE_QUOTAS", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    finding = readiness.transcribe_streams(session(), conversations=152)
+    assert not finding.ready and finding.detail.startswith("could not be checked (")

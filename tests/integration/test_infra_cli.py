@@ -320,7 +320,9 @@ def test_the_agentcore_app_gets_the_stall_limit_of_the_engine_its_endpoint_runs(
     ((_, stacks, context),) = deploys
     assert (stacks, context["speech_engine"]) == (["VoiceAgentRuntime"], "onnx")
     stall = worker_policy_for("onnx", 360).speech_chunk_timeout_seconds
-    assert f"the agent gets a {stall:g} s speech stall limit" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert f"the agent gets a {stall:g} s speech stall limit" in said
+    assert "Transcribe concurrent WebSocket streams (speech in)" in said  # its /ws listens too
 
 
 def test_a_speech_engine_the_endpoint_contradicts_is_refused_before_anything_is_made(deploys):
@@ -422,6 +424,10 @@ def test_a_small_accounts_lambda_concurrency_is_said_and_does_not_stop_the_deplo
     said = capsys.readouterr().out
     assert "NEED  Lambda concurrency (one execution per speaking turn): 10 unreserved" in said
     assert "about 6 turns can speak at once" in said and "quota L-B99A9384" in said
+    # The stand-in lists no Transcribe quota: AWS's documented default is said against the fleet.
+    assert "NEED  Transcribe concurrent WebSocket streams (speech in): Service Quotas names" in (
+        said
+    )
 
 
 def test_the_cdk_cli_is_a_pinned_2x_release_run_on_this_interpreter():

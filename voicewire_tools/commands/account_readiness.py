@@ -27,6 +27,12 @@ account", gives each item's source):
 - **Lambda's concurrency** (``agent-infra``, the WebSocket API): each turn holds one worker for
   its length, and a new account's concurrency is reduced (Lambda's quotas page); turns beyond it
   wait in Lambda's queue and end ``turn_expired``. Said against what the speech fleet serves.
+- **Transcribe's concurrent streams** (``agent-infra``, both runtimes): speech in holds one
+  Transcribe WebSocket stream per listening conversation, two for a moment at each turn change,
+  and the account's quota is 25 by default (the Transcribe Developer Guide, "Guidelines and
+  quotas"); a stream beyond it is refused with ``LimitExceededException``. Read from Service
+  Quotas (applied values, else AWS's defaults) and said against the conversations the speech
+  fleet serves.
 
 Each check is read-only unless its flag says otherwise, and a check that cannot run (no
 permission to ask) says so instead of guessing.
@@ -513,6 +519,78 @@ def lambda_concurrency(
         f"Lambda's 'Concurrent executions' to at least "
         f"{total - unreserved + speech_sessions + SHORT_ROUTE_EXECUTIONS} in Service Quotas "
         f"(quota {LAMBDA_CONCURRENCY_QUOTA}); new accounts start low and AWS raises it with use",
+    )
+
+
+# --- Transcribe's concurrent streams ------------------------------------------------------
+
+TRANSCRIBE_SERVICE_CODE = "transcribe"
+TRANSCRIBE_DEFAULT_STREAMS = 25  # the developer guide's default, where Service Quotas says none
+# Streams one listening conversation may hold at once: its stream, and the next one the page
+# opens as a turn ends while Transcribe finishes the last (web/app.js, nextSession).
+STREAMS_PER_CONVERSATION = 2
+
+
+def _is_websocket_stream_quota(name: str) -> bool:
+    """The quota of concurrent streams the page's WebSocket streams count against: not
+    Transcribe Medical's, not Call Analytics', not HTTP/2's (the SDKs' streams)."""
+    lowered = name.lower()
+    return (
+        "stream" in lowered
+        and "websocket" in lowered
+        and not any(word in lowered for word in ("medical", "call analytics", "http/2"))
+    )
+
+
+def transcribe_streams(session: Any, conversations: int) -> Finding:
+    """Whether the account's quota of concurrent Transcribe WebSocket streams lets as many
+    conversations listen at once as the speech fleet serves (``conversations``). Service
+    Quotas lists only quotas the account has a value applied for; otherwise AWS's default
+    is asked. The quota's name is matched, not its code: the code was not found published
+    (docs/decisions.md), so the one Service Quotas names is what this says to raise."""
+    item = "Transcribe concurrent WebSocket streams (speech in)"
+    needed = STREAMS_PER_CONVERSATION * conversations
+    quotas = session.client("service-quotas")
+    try:
+        found = []
+        for operation in ("list_service_quotas", "list_aws_default_service_quotas"):
+            found = [
+                quota
+                for page in quotas.get_paginator(operation).paginate(
+                    ServiceCode=TRANSCRIBE_SERVICE_CODE
+                )
+                for quota in page["Quotas"]
+                if _is_websocket_stream_quota(quota["QuotaName"])
+            ]
+            if found:
+                break
+    except (BotoCoreError, ClientError) as error:
+        return Finding(item, False, f"could not be checked ({said(error)})")
+    if found:
+        quota = found[0]
+        value = int(quota["Value"])
+        named = f"'{quota['QuotaName']}' is {value} in {session.region_name}"
+        raise_it = f"quota {quota['QuotaCode']}"
+    else:
+        value = TRANSCRIBE_DEFAULT_STREAMS
+        named = (
+            f"Service Quotas names no WebSocket streaming quota for Transcribe in "
+            f"{session.region_name}; AWS's documented default is {value}"
+        )
+        raise_it = "Amazon Transcribe's concurrent WebSocket streams"
+    figures = (
+        f"{named}: about {value // STREAMS_PER_CONVERSATION} conversations can listen at once "
+        f"(each holds a stream while it listens, two for a moment as a turn ends), against the "
+        f"{conversations} the speech fleet serves at its largest"
+    )
+    if value >= needed:
+        return Finding(item, True, figures)
+    return Finding(
+        item,
+        False,
+        f"{figures}. A stream beyond the quota is refused with LimitExceededException and the "
+        f"page stops listening (typing still works): request an increase to at least {needed} "
+        f"in Service Quotas ({raise_it})",
     )
 
 

@@ -60,6 +60,7 @@ from voicewire_tools.commands.account_readiness import (
     model_access,
     render,
     said,
+    transcribe_streams,
 )
 from voicewire_tools.commands.cdk_runner import InfraError, check_account, check_node, run_cdk
 from voicewire_tools.commands.demo import add_arguments as add_demo_arguments
@@ -330,8 +331,12 @@ def infra(args: argparse.Namespace) -> int:
         context["speech_engine"] = engine
         print(said_engine)
         if args.runtime == "agentcore":
-            # No token secret and no stage: only the model's readiness concerns this stack.
-            findings = model_findings(args, session)
+            # No token secret and no stage: the model's readiness and Transcribe's streams (the
+            # runtime's /ws signs listen URLs too) concern this stack.
+            findings = [
+                transcribe_streams(session, conversations=speech_conversations()),
+                *model_findings(args, session),
+            ]
             print(render(account, region, findings))
             return run_cdk(args.command, stacks, context, needs_account=needs_account)
         if args.command == "deploy" and ensure_token_secret(region):
@@ -425,8 +430,16 @@ def account_findings(args: argparse.Namespace, session: Any, engine: str) -> lis
             stage_rate=rate,
             worker=settings.worker_policy,
         ),
+        transcribe_streams(session, conversations=speech_conversations()),
         *model_findings(args, session),
     ]
+
+
+def speech_conversations() -> int:
+    """The conversations the speech fleet serves at its largest (what app.py sizes for)."""
+    from stacks.voice_api import VoiceApiSettings
+
+    return VoiceApiSettings(bedrock_model_id="").speech_capacity_sessions
 
 
 def boto3_session(region: str | None) -> Any:
