@@ -52,6 +52,7 @@ class ErrorCode(StrEnum):
     LISTEN_UNAVAILABLE = "listen_unavailable"
     UNSUPPORTED_LANGUAGE = "unsupported_language"
     TOO_MANY_LISTENS = "too_many_listens"
+    LISTEN_FAILED = "listen_failed"  # for a moment: AWS refused the credentials to sign with
 
 
 class ProtocolError(Exception):

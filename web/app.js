@@ -549,6 +549,8 @@ const BACKLOG_CHUNKS = 200; // 10 s of 50 ms chunks wait for a stream, at most
 const TICK_MS = 100; // listening.js's timers (the end of a turn) are checked this often
 // Error codes that say this API takes no speech: the button stays off, its title says why.
 const NO_SPEECH = new Set(["listen_unavailable", "unsupported_language", "unknown_action"]);
+// Error codes that refuse this listen only: the person may press Listen again later.
+const LISTEN_REFUSALS = new Set(["too_many_listens", "listen_failed"]);
 const LISTEN_STATES = {
   idle: "off",
   listening: "listening",
@@ -584,7 +586,7 @@ function offered(frame) {
 function listenRefused(frame) {
   if (!speech.offers.length || frame.turn_id) return false;
   const ours =
-    NO_SPEECH.has(frame.code) || frame.code === "invalid_field" || frame.code === "too_many_listens";
+    NO_SPEECH.has(frame.code) || LISTEN_REFUSALS.has(frame.code) || frame.code === "invalid_field";
   if (!ours || (frame.code === "unknown_action" && !/\blisten\b/.test(frame.message || ""))) {
     return false;
   }

@@ -7,9 +7,10 @@ that closes the conversation.
   Each URL opens a Transcribe stream that the account pays for and that counts against its
   concurrent streams (25 by default): one connection must not hoard them. A URL lives only
   ``expires_in_s`` (15 s): enough to open it, not to keep a stack of them.
-- The credentials cannot be had (the AgentCore app's AssumeRole refused while a new trust
-  policy propagates, STS unreachable, the Lambda role's credentials missing):
-  ``listen_unavailable``, saying so; typing keeps working and a later ``listen`` may succeed.
+- The credentials cannot be had from AWS (the AgentCore app's AssumeRole refused while a new
+  trust policy propagates, STS unreachable or throttling): ``listen_failed``, saying so; typing
+  keeps working and a later ``listen`` may succeed. Not ``listen_unavailable``, which says this
+  API takes no speech at all (the page then turns Listen off for good).
 - What the offer's rules refuse (``voicewire.speech_in.listen_offer``): their code.
 """
 
@@ -44,7 +45,7 @@ def answer_listen(
         except (BotoCoreError, ClientError) as error:
             logger.warning("listen: no credentials to sign with", error=str(error))
             raise ProtocolError(
-                ErrorCode.LISTEN_UNAVAILABLE,
+                ErrorCode.LISTEN_FAILED,
                 "speech input is unavailable for a moment (the credentials to sign a "
                 f"Transcribe URL with could not be had: {_said(error)}); type your question, "
                 "or press Listen again shortly",

@@ -18,9 +18,11 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from botocore.exceptions import ClientError
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from functions.access.listen_signer import ListenSigner, current_listen_signer, use_listen_signer
 from tests.recognizer_double import FixedWordsRecognizer
 from voicewire.speech_in.transcribe_events import (
     TranscriptEvent,
@@ -137,6 +139,63 @@ async def test_a_url_changed_after_signing_is_refused_by_the_endpoint(listening_
         async with connect(forged):
             pass
     assert refused.value.response.status_code == 403
+
+
+async def test_a_listen_flood_is_refused_too_many_listens_and_the_connection_stays(
+    listening_stack,
+):
+    """Each URL opens a stream the account pays for and that counts against its few concurrent
+    streams: one connection gets 20 a clock minute. (41 asked: a minute that turns while
+    asking admits 20 more, so the refusal still comes.)"""
+    async with connect(listening_stack.ws_url, max_size=None) as ws:
+        answers = []
+        for _ in range(41):
+            answers.append(await answer(ws, {"action": "listen"}))
+            if answers[-1]["type"] == "error":
+                break
+        voices = await answer(ws, {"action": "voices"})
+        refused = answers[-1]
+        assert (refused["type"], refused["code"]) == ("error", "too_many_listens"), refused
+        assert "at most 20 listens a minute" in refused["message"]
+        assert len(answers) > 20 and all(a["type"] == "listen" for a in answers[:-1])
+        # The conversation is usable: typing still works.
+        assert voices["type"] == "voices"
+    async with connect(listening_stack.ws_url, max_size=None) as other:
+        # Another connection has its own window.
+        assert (await answer(other, {"action": "listen"}))["type"] == "listen"
+
+
+@pytest.fixture
+def sts_refusing(listening_stack):
+    """The front doors' signer whose credentials AWS refuses (AssumeRole while a new trust policy
+    propagates), then the stack's own again."""
+
+    from functions.access.listen_signer import (
+        use_listen_signer,
+    )
+
+    def refused():
+        raise ClientError(
+            {"Error": {"Code": "AccessDenied", "Message": "not authorized: sts:AssumeRole"}},
+            "AssumeRole",
+        )
+
+    working = current_listen_signer()
+    use_listen_signer(ListenSigner(working.settings, refused))
+    yield working
+    use_listen_signer(working)
+
+
+async def test_aws_refusing_the_signing_credentials_is_listen_failed_and_the_connection_stays(
+    listening_stack, sts_refusing
+):
+    async with connect(listening_stack.ws_url, max_size=None) as ws:
+        failed = await answer(ws, {"action": "listen"})
+        assert (failed["type"], failed["code"]) == ("error", "listen_failed"), failed
+        assert "AccessDenied" in failed["message"] and "type your question" in failed["message"]
+        assert (await answer(ws, {"action": "voices"}))["type"] == "voices"
+        use_listen_signer(sts_refusing)  # the role assumable again: the same connection listens
+        assert (await answer(ws, {"action": "listen"}))["type"] == "listen"
 
 
 def write_tone(path, seconds: float = 2.0, rate: int = 22_050) -> None:

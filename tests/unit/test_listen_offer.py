@@ -179,7 +179,7 @@ def test_a_listen_flood_from_one_connection_is_refused_and_the_next_minute_admit
     assert answer_listen(ListenAction(action="listen"), signer, state, minute + 60).type == "listen"
 
 
-def test_credentials_that_cannot_be_had_are_listen_unavailable_not_an_exception():
+def test_credentials_that_cannot_be_had_are_listen_failed_not_an_exception():
     from botocore.exceptions import ClientError, EndpointConnectionError
 
     def refused():
@@ -199,7 +199,7 @@ def test_credentials_that_cannot_be_had_are_listen_unavailable_not_an_exception(
     for credentials, said in ((refused, "AccessDenied"), (unreachable, "sts.amazonaws.com")):
         signer = ListenSigner(SETTINGS, credentials)
         frame = answer_listen(ListenAction(action="listen"), signer, MemoryConversation(), 0.0)
-        assert frame.type == "error" and frame.code == ErrorCode.LISTEN_UNAVAILABLE
+        assert frame.type == "error" and frame.code == ErrorCode.LISTEN_FAILED
         assert said in frame.message and "type your question" in frame.message
     # The next listen, the role assumable again, is answered.
     signer = ListenSigner(SETTINGS, lambda: KEY)
