@@ -52,6 +52,7 @@ from voicewire.speech_in.transcribe_events import (
     transcript_event,
 )
 from voicewire_tools.bench.bargein import write_wav  # the bench's fake-microphone files
+from voicewire_tools.local_stack.transcribe_streaming import MAX_STREAMS
 
 pytestmark = needs("chromium")
 ROOT = Path(__file__).resolve().parents[2]
@@ -1155,6 +1156,41 @@ async def test_listen_unavailable_keeps_the_microphone_off_with_the_reason(liste
             assert await page.is_disabled("#mic")
     finally:
         await asyncio.to_thread(local.stop)
+    assert errors == []
+
+
+async def test_transcribes_quota_refusal_stops_listening_in_words_and_typing_works(
+    listening_stack,
+):
+    """The account's concurrent streams all taken (the local endpoint's quota at 0): Transcribe
+    answers LimitExceededException; the page stops listening at once (asking again would take
+    another place), says so in words, and typing works."""
+    stack = listening_stack
+    stack.transcribe.endpoint.max_streams = 0
+    errors: list[str] = []
+    try:
+        async with chromium_page(errors, fake_microphone()) as page:
+            wire = Wire(page)
+            await page.goto(f"{stack.base_url}/")
+            await wait_open(page)
+            await page.click("#mic")
+            await until(
+                page, "document.getElementById('mic-status').dataset.note === 'error'", TURN
+            )
+            said = await page.inner_text("#mic-status")
+            assert said.startswith(
+                "Listening stopped: too many people are speaking to this service at once"
+            ), said
+            assert "LimitExceededException" in said and "press Listen again in a minute" in said
+            assert await page.get_attribute("#mic", "aria-pressed") == "false"
+            assert not await page.is_disabled("#mic")  # not "no speech here": later, again
+            assert len(wire.actions("listen")) == 1  # no retry into a full quota
+            await page.fill("#prompt", "Hi there.")
+            await page.click("#speak")
+            await wait_turn(page, 1)
+    finally:
+        stack.transcribe.endpoint.max_streams = MAX_STREAMS
+    assert stack.transcribe.endpoint.counters.streams_over_quota >= 1
     assert errors == []
 
 
