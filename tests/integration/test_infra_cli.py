@@ -82,13 +82,19 @@ def test_agent_infra_adds_the_page_after_the_api_and_destroys_it_first():
     assert agent_infra.plan(binary)[1] == {"bedrock_model_id": "m", "binary_audio": "true"}
 
 
+# Transcribe's WebSocket streams quota, as the stand-in names it (tests/integration/
+# test_account_readiness.py says why the name is matched, not known).
+STREAMS = "Concurrent WebSocket streams for streaming transcription"
+
+
 @pytest.fixture
 def standin(aws, monkeypatch):
     """What moto lacks (Bedrock's model access, Service Quotas, Lambda's account settings) on a
     stand-in speaking their wire shapes; the rest on moto."""
     from aws_control_standin import Account, serve
 
-    account = Account(agreement="NOT_AVAILABLE")
+    # A fresh account: Transcribe's default quota only (no value applied to the account).
+    account = Account(agreement="NOT_AVAILABLE", defaults={"transcribe": {STREAMS: 25.0}})
     with serve(account) as server:
         for service in ("BEDROCK", "BEDROCK_RUNTIME", "SERVICE_QUOTAS", "LAMBDA"):
             monkeypatch.setenv(f"AWS_ENDPOINT_URL_{service}", server.url)
@@ -121,14 +127,18 @@ def test_deploy_on_a_fresh_account_says_what_it_needs_and_deploys_a_stage_it_can
     ((action, stacks, context),) = deploys
     assert (action, stacks, context["access_logs"]) == ("deploy", ["VoiceApi"], "false")
     said = capsys.readouterr().out
-    assert "account 123456789012, us-east-1: 2 thing(s) still needed" in said
+    assert "account 123456789012, us-east-1: 3 thing(s) still needed" in said
+    assert f"NEED  Transcribe concurrent WebSocket streams (speech in): '{STREAMS}' is 25" in said
     assert "NEED  API Gateway CloudWatch role" in said and "WITHOUT access logs" in said
     assert f"NEED  Bedrock model {model}: not subscribed yet" in said
     assert "ok    Anthropic use-case form (once per account): submitted" in said
 
 
-def test_deploy_with_consent_creates_the_logging_role_and_enables_the_model(deploys, capsys):
+def test_deploy_with_consent_creates_the_logging_role_and_enables_the_model(
+    deploys, standin, capsys
+):
     model = "us.anthropic.claude-haiku-4-5-20251001-v1:0"
+    standin.applied = {"transcribe": {STREAMS: 400.0}}  # raised already: not one of the needs
     with pytest.raises(SystemExit):
         agent_infra.main(
             ["deploy", "--bedrock-model-id", model, "--create-api-logging-role", "--enable-model"]
@@ -424,10 +434,8 @@ def test_a_small_accounts_lambda_concurrency_is_said_and_does_not_stop_the_deplo
     said = capsys.readouterr().out
     assert "NEED  Lambda concurrency (one execution per speaking turn): 10 unreserved" in said
     assert "about 6 turns can speak at once" in said and "quota L-B99A9384" in said
-    # The stand-in lists no Transcribe quota: AWS's documented default is said against the fleet.
-    assert "NEED  Transcribe concurrent WebSocket streams (speech in): Service Quotas names" in (
-        said
-    )
+    # AWS's default of 25 streams is said against the fleet's conversations.
+    assert "NEED  Transcribe concurrent WebSocket streams (speech in): '" in said
 
 
 def test_the_cdk_cli_is_a_pinned_2x_release_run_on_this_interpreter():
