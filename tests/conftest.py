@@ -168,10 +168,36 @@ def start_server(
 
 
 @pytest.fixture(scope="session")
-def speech_server(onnx_engine: KokoroOnnxEngine) -> Iterator[RunningServer]:
-    running = start_server(lambda: onnx_engine)
+def shared_speech_server(planned_engine: KokoroOnnxEngine) -> Iterator[RunningServer]:
+    """One speech server for the run, on ``planned_engine``: its chunks, windows and bytes are
+    the same on every machine, and it refuses no one ``speech_busy`` (an engine of no measured
+    speed is taken as keeping up). A test of how the server adapts to the machine (the chunk
+    schedule, the engine's admission) starts a server of its own."""
+    running = start_server(lambda: planned_engine)
     yield running
     running.stop()
+
+
+# How long an earlier test's sessions may take to close before a test starts on the server.
+SETTLE_SECONDS = 60.0
+
+
+@pytest.fixture
+def speech_server(shared_speech_server: RunningServer) -> RunningServer:
+    """The shared speech server, once no earlier test's session is open on it: a session left
+    speaking would share the engine with this test (issue 51: on a slower machine, one test's
+    answer was still being synthesized when the next began)."""
+    deadline = time.monotonic() + SETTLE_SECONDS
+    while open_sessions := httpx.get(f"{shared_speech_server.base_url}/ping").json()[
+        "open_sessions"
+    ]:
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"{open_sessions} session(s) of earlier tests still open on the shared speech "
+                f"server after {SETTLE_SECONDS:.0f} s: a test leaves its sessions open"
+            )
+        time.sleep(0.02)
+    return shared_speech_server
 
 
 @dataclass
@@ -266,10 +292,10 @@ class RuntimesByAnswer:
 
 
 @pytest.fixture(scope="session")
-def sagemaker_runtimes(speech_server, tmp_path_factory) -> Iterator[RuntimesByAnswer]:
+def sagemaker_runtimes(shared_speech_server, tmp_path_factory) -> Iterator[RuntimesByAnswer]:
     """For a fixture of its own parameters (``test_speech_link.session_for``): asking for
     ``sagemaker_runtime`` would run each of its tests, the websocket link's too, once per way."""
-    container_url = speech_server.base_url.replace("http://", "ws://")
+    container_url = shared_speech_server.base_url.replace("http://", "ws://")
     runtimes = RuntimesByAnswer(container_url, tmp_path_factory)
     yield runtimes
     runtimes.stop()

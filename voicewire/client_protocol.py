@@ -31,7 +31,7 @@ import json
 import math
 import re
 import struct
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from pydantic_core import PydanticCustomError
@@ -58,7 +58,12 @@ MAX_PROMPT_CHARS = 4_000
 _TURN_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 TurnMode = Literal["bidi", "batch"]
-TurnStatus = Literal["complete", "cancelled", "failed"]
+# Where a turn is, one set for the wire and for the conversation's record of it: ``starting``
+# (admitted, its task or job not yet running), ``running``, then how it ended, which is what
+# ``turn_end`` says (``EndedStatus``) and never changes once written.
+EndedStatus = Literal["complete", "cancelled", "failed"]
+TurnStatus = Literal["starting", "running", EndedStatus]
+ENDED_STATUSES: tuple[EndedStatus, ...] = get_args(EndedStatus)
 AudioDelivery = Literal["binary", "base64"]
 
 
@@ -348,7 +353,7 @@ class Timings(BaseModel):
 class TurnEnd(BaseModel):
     type: Literal["turn_end"] = "turn_end"
     turn_id: str
-    status: TurnStatus
+    status: EndedStatus
     timings: Timings
     audio_bytes: int
     audio_frames: int

@@ -34,14 +34,8 @@ from functions.adapters.table_items import (
     optional_float,
     optional_str,
 )
-from functions.conversation.state import (
-    ENDED,
-    ConversationClosed,
-    DuplicateTurn,
-    StartedTurn,
-    TurnStatus,
-)
-from voicewire.client_protocol import Timings
+from functions.conversation.state import ConversationClosed, DuplicateTurn, StartedTurn
+from voicewire.client_protocol import ENDED_STATUSES, EndedStatus, Timings, TurnStatus
 
 # What a worker counts of a turn it ran (``functions.worker.run``'s relay counts), each kept in
 # an attribute of its name: the only names ``TurnLedger.finish`` writes.
@@ -293,13 +287,13 @@ class TurnLedger:
         self,
         connection_id: str,
         turn_id: str,
-        status: TurnStatus,
+        status: EndedStatus,
         timings: Timings,
         counts: dict[str, int],
         stop_reason: str | None = None,
         claimant: str | None = None,
         error_code: str | None = None,
-    ) -> TurnStatus:
+    ) -> EndedStatus:
         """Record how the turn ended. A turn that ended meanwhile (cancelled) keeps its status,
         which is returned, but its figures are still recorded. With ``claimant``, only the
         worker holding the turn's claim can end it. ``counts``: some of ``TURN_COUNTS``."""
@@ -333,7 +327,7 @@ class TurnLedger:
             condition,
             names,
         )
-        final: TurnStatus = status
+        final: EndedStatus = status
         if ended is None:
             del values[":status"], values[":running"]
             mine = "claimed_by = :me" if claimant is not None else None
@@ -341,7 +335,7 @@ class TurnLedger:
                 connection_id, key, "SET " + ", ".join(sets), values, mine, None, "ALL_NEW"
             )
             current = after.get("status") if after else self.status(connection_id, turn_id)
-            final = cast(TurnStatus, current) if current in ENDED else "cancelled"
+            final = cast(EndedStatus, current) if current in ENDED_STATUSES else "cancelled"
         self._clear_active(connection_id, turn_id)
         return final
 

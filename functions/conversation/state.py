@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol, cast
 
 from functions.conversation.history import SpokenExchange, bounded_history
 from functions.conversation.rate_window import RateWindow, admitted
+from voicewire.client_protocol import ENDED_STATUSES, EndedStatus, TurnStatus
 
-TurnStatus = Literal["starting", "running", "complete", "cancelled", "failed"]
-ENDED = ("complete", "cancelled", "failed")
 # A history change: the history and its last spoken exchange in, the new ones out (None: no
 # change). Applied by the state with its own concurrency control, so it may run more than once.
 HistoryChange = Callable[
@@ -155,7 +154,7 @@ class MemoryConversation:
 
     def cancel_turn(self, turn_id: str, heard_ms: float | None) -> bool:
         turn = self._turns.get(turn_id)
-        if turn is None or turn.status in ENDED:
+        if turn is None or turn.status in ENDED_STATUSES:
             return False
         turn.status, turn.heard_ms = "cancelled", heard_ms
         return True
@@ -164,14 +163,15 @@ class MemoryConversation:
         turn = self._turns.get(turn_id)
         return turn.heard_ms if turn is not None else None
 
-    def end_turn(self, turn_id: str, status: TurnStatus) -> TurnStatus:
+    def end_turn(self, turn_id: str, status: EndedStatus) -> EndedStatus:
         """Record how a turn ended; one cancelled meanwhile stays cancelled (returned)."""
         turn = self._turns[turn_id]
-        if turn.status not in ENDED:
-            turn.status = status
+        if turn.status in ENDED_STATUSES:
+            status = cast(EndedStatus, turn.status)
+        turn.status = status
         if self.active_turn_id == turn_id:
             self.active_turn_id = None
-        return turn.status
+        return status
 
     def change_history(self, change: HistoryChange) -> bool:
         if self.closed:

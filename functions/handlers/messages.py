@@ -10,6 +10,7 @@ returns in milliseconds, far inside API Gateway's 29 s integration timeout. Bad 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -20,6 +21,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
+from functions.adapters.frame_sink import ApiGatewaySink, ClientGone, RelayError
 from functions.conversation import rules, turn_frames
 from functions.conversation.heard import remembered
 from functions.conversation.state import ConversationClosed, DuplicateTurn
@@ -74,14 +76,22 @@ def send_error(
 
 
 def tell(adapters: Adapters, url: str, connection_id: str, frames: Sequence[BaseModel]) -> None:
-    """Post control frames in order, best effort: a client that left cannot be told."""
-    client = adapters.management_client(url)
-    for frame in frames:
-        try:
-            client.post_to_connection(ConnectionId=connection_id, Data=dump_control(frame))
-        except (ClientError, BotoCoreError) as error:
-            logger.info("could not deliver a frame", frame=frame.type, reason=str(error))  # type: ignore[attr-defined]
-            return
+    """Post control frames in order through the connection's ``ApiGatewaySink``, the worker's
+    sink (its retries of throttling and 5xx within a second, its ``ClientGone``); best effort:
+    a client that left cannot be told, and a frame that fails for good is logged with its code.
+    The handler is synchronous (Lambda's), so the posts run on a loop of their own."""
+    sink = ApiGatewaySink(adapters.management_client(url), connection_id)
+
+    async def post_in_order() -> None:
+        for frame in frames:
+            await sink.send(dump_control(frame).decode())  # str: a text frame
+
+    try:
+        asyncio.run(post_in_order())
+    except ClientGone:
+        logger.info("the client left before it was told", frames=len(frames))
+    except RelayError as error:
+        logger.warning("could not deliver a frame", code=error.code, attempts=error.attempts)
 
 
 def handle_message(raw: dict[str, Any], adapters: Adapters) -> dict[str, Any]:

@@ -63,12 +63,12 @@ from voicewire.chunker import Chunker
 from voicewire.client_protocol import (
     AudioFormat,
     ClientError,
+    EndedStatus,
     Sentence,
     Timings,
     ToolEnd,
     ToolStart,
     TurnEnd,
-    TurnStatus,
     Words,
 )
 from voicewire.error_codes import ErrorCode
@@ -94,7 +94,7 @@ class TurnSpec:
 
 @dataclass
 class TurnOutcome:
-    status: TurnStatus
+    status: EndedStatus
     timings: Timings
     answer: str = ""
     stop_reason: str | None = None
@@ -181,7 +181,7 @@ class TurnRunner:
         """Run the turn to its end. With ``tell_end=False`` the caller posts the ``error`` and
         ``turn_end`` frames itself (``tell_end``), after recording the turn: a client that
         leaves on its turn_end then finds the record final."""
-        status: TurnStatus = "complete"
+        status: EndedStatus = "complete"
         error: ClientError | None = None
         start = turn_frames.turn_start(self.spec, AudioFormat(delivery=self.relay.delivery))
         # Posted while the LLM stream and the speech session start, so its round trip (tens of
@@ -268,7 +268,7 @@ class TurnRunner:
         )
 
     def _outcome(
-        self, status: TurnStatus, error: ClientError | None = None, gone: bool = False
+        self, status: EndedStatus, error: ClientError | None = None, gone: bool = False
     ) -> TurnOutcome:
         """The turn's outcome now: its answer and messages, its words, and what the listener
         can have heard by now (at most the time since the first audio frame left, at most the

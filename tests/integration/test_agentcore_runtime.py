@@ -351,7 +351,12 @@ async def test_the_deployment_check_passes_against_the_agentcore_app(runtime):
     report = await check("the local AgentCore app", connection_url=connection_url)
     assert report.ok, report.problems
     assert report.binary_audio and report.default_delivery == "binary"
-    assert report.bidi.first_audio_ms < report.batch.first_audio_ms
+    # Which mode speaks first is a speed (bench ttfa's), not asserted: CI on 2 loaded cores saw
+    # bidi's first audio 2,935 ms against batch's 2,739 ms. Each mode's own order holds.
+    for probe in (report.bidi, report.batch):
+        timings = probe.reported
+        assert probe.status == "complete" and probe.audio_bytes > 0
+        assert timings["first_sentence_ms"] <= timings["first_audio_ms"] < timings["total_ms"]
     assert len(asked) == 3  # the speak (binary by default) and both asks: one URL each
 
 

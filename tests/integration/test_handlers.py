@@ -210,6 +210,51 @@ def test_invalid_messages_get_an_error_frame_and_the_connection_stays(adapters, 
     assert len(adapters.lambda_client.calls) == 1
 
 
+class FailingPosts:
+    """API Gateway's @connections answering the first ``failures`` posts with ``code``."""
+
+    def __init__(self, posts, failures: int, code: str, status: int) -> None:
+        self.posts, self.failures, self.code, self.status, self.attempts = (
+            posts,
+            failures,
+            code,
+            status,
+            0,
+        )
+
+    def post_to_connection(self, **kwargs):
+        from botocore.exceptions import ClientError
+
+        self.attempts += 1
+        if self.attempts <= self.failures:
+            raise ClientError(
+                {
+                    "Error": {"Code": self.code, "Message": self.code},
+                    "ResponseMetadata": {"HTTPStatusCode": self.status},
+                },
+                "PostToConnection",
+            )
+        return self.posts.post_to_connection(**kwargs)
+
+
+def test_the_message_routes_frames_are_retried_when_api_gateway_throttles(adapters):
+    """The routes' own frames (an error, the voice list) go through the worker's sink: a
+    throttled post is retried, not lost (issue 51: they bypassed it, one attempt each)."""
+    connect(sample("connect"), adapters)
+    throttled = FailingPosts(adapters.posts, 2, "LimitExceededException", 429)
+    adapters.management_client_for = lambda url: throttled
+    adapters._management_clients.clear()
+    handle_message(sample("default_unknown_action"), adapters)
+    (frame,) = posted(adapters)
+    assert frame["code"] == "unknown_action" and throttled.attempts == 3
+    # A client that left is told nothing more, and the route still answers 200.
+    gone = FailingPosts(adapters.posts, 10, "GoneException", 410)
+    adapters.management_client_for = lambda url: gone
+    adapters._management_clients.clear()
+    assert handle_message(sample("default_unknown_action"), adapters) == {"statusCode": 200}
+    assert gone.attempts == 1 and len(posted(adapters)) == 1
+
+
 @pytest.mark.parametrize(
     ("name", "changes", "code"),
     [

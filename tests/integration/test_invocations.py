@@ -41,8 +41,8 @@ def stream_post(base_url: str, body: dict, **headers: str) -> tuple[httpx.Respon
 
 
 @pytest.fixture(scope="module")
-def pcm_reference(speech_server) -> bytes:
-    response, chunks = stream_post(speech_server.base_url, {"text": TEXT, "format": "pcm16"})
+def pcm_reference(shared_speech_server) -> bytes:
+    response, chunks = stream_post(shared_speech_server.base_url, {"text": TEXT, "format": "pcm16"})
     assert response.status_code == 200
     return b"".join(chunks)
 

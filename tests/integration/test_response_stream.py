@@ -15,8 +15,8 @@ TEXT = "Streaming back, chunk by chunk. Then done."
 
 
 @pytest.fixture(scope="module")
-def reference_pcm(speech_server) -> bytes:
-    return b"".join(HttpResponseStream(speech_server.base_url).audio(TEXT))
+def reference_pcm(shared_speech_server) -> bytes:
+    return b"".join(HttpResponseStream(shared_speech_server.base_url).audio(TEXT))
 
 
 def test_http_stream_yields_audio_as_it_arrives(speech_server, reference_pcm):

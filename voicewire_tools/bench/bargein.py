@@ -112,7 +112,13 @@ ASK = """async ({prompt, waitMs, heardMs, aheadMs, patienceMs}) => {
         if (heard > heardMs && (ahead >= aheadMs || waited > patienceMs)) {
             return { asked, at: performance.now(), heardMs: heard };
         }
-        if (performance.now() - asked > waitMs) return { error: 'no audio from the agent' };
+        if (performance.now() - asked > waitMs) {
+            // What the page shows then says why (an error frame, a turn that ended unheard).
+            const shown = ['status', 'error', 'turn-summary', 'notice']
+                .map((id) => `${id}: ${$(id).textContent.trim() || '-'}`).join('; ');
+            return { error: `no audio from the agent in ${waitMs / 1000} s (turn ${stats.turn}, `
+                + `${stats.framesDecoded} frames decoded, heard ${heard} ms; ${shown})` };
+        }
         await new Promise((resolve) => setTimeout(resolve, 2));
     }
 }"""
