@@ -29,7 +29,6 @@ from typing import Literal
 
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from speech_server.chunk_schedule import PlaybackClock
 from speech_server.drain import GOING_AWAY, GOING_AWAY_REASON, Drain, Ending
 from speech_server.engine_share import EngineBusy
 from speech_server.synthesis import SynthesisStats, Synthesizer
@@ -95,7 +94,7 @@ class BidiSession:
         self.drain = Drain.of(websocket.app)
         # The listener's queue across this session's requests: a pipeline's next sentence is made
         # in time for the end of the one before (speech_server.chunk_schedule).
-        self.clock = PlaybackClock()
+        self.clock = synthesizer.playback_clock()
         self.ending: Ending | None = None  # decided by the drain's idle close or cut
         self._cut = asyncio.Event()
 

@@ -58,7 +58,7 @@ async def invocations(request: Request, synthesizer: Synthesizer) -> Response:
         return error_response(ProtocolError(ErrorCode.INVALID_UTF8, "request body is not UTF-8"))
     except ProtocolError as error:
         return error_response(error)
-    clock = PlaybackClock()  # this request's listener
+    clock = synthesizer.playback_clock()  # this request's listener
     if begins_answer(synthesis.fast_start, synthesis.starts_answer):
         try:  # refused before the response starts, while a status can still say so
             synthesizer.admit(clock)

@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -104,10 +104,18 @@ Piece = bytes | list[SpokenWord]  # a chunk's audio, or the words the audio afte
 
 class Synthesizer:
     def __init__(
-        self, engine: SpeechEngine, lookahead: int = 1, max_engine_load: float | None = None
+        self,
+        engine: SpeechEngine,
+        lookahead: int = 1,
+        max_engine_load: float | None = None,
+        now: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.engine = engine
         self.lookahead = lookahead
+        # The clock every plan is made by: the listeners' playback and the engine's timed
+        # chunks. A test gives one that only the engine moves (``tests/paced_engine.py``), so a
+        # plan is the same on every machine, however busy.
+        self.now = now
         self.frame_bytes = int(engine.sample_rate * FRAME_SECONDS) * SAMPLE_WIDTH
         # An engine that measured its speed on this machine says so, and one that phonemizes
         # estimates a text's audio by its sounds; one that does neither (the torch engine on a
@@ -135,6 +143,10 @@ class Synthesizer:
         # endpoint's first-audio alarm watches (speech_server.load_metrics). Bounded: with no
         # reporter (a laptop) nobody takes them.
         self._first_audio_ms: deque[float] = deque(maxlen=FIRST_AUDIO_KEPT)
+
+    def playback_clock(self) -> PlaybackClock:
+        """A new listener's queue, on this synthesizer's clock."""
+        return PlaybackClock(self.now)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -196,7 +208,7 @@ class Synthesizer:
         """
         cancelled = cancelled or asyncio.Event()
         stats = stats or SynthesisStats()
-        clock = clock or PlaybackClock()
+        clock = clock or self.playback_clock()
         if not admitted and begins_answer(fast_start, starts_answer):
             self.admit(clock)
         if fast_start:
@@ -320,7 +332,7 @@ class Synthesizer:
         """Runs on the synthesis thread: the request's next pieces up to and including its next
         audio (words come just before the audio they describe, so they travel with it), their
         engine time counted; None once the request is done."""
-        started = time.perf_counter()
+        started = self.now()
         taken: list[Piece] = []
         try:
             for piece in pieces:
@@ -330,7 +342,7 @@ class Synthesizer:
                     break
             return taken or None
         finally:
-            self.busy_seconds += time.perf_counter() - started
+            self.busy_seconds += self.now() - started
 
     def _render(
         self, chunk: str, voice: str, speed: float, *, streamed: bool, timed: bool = False
@@ -346,9 +358,9 @@ class Synthesizer:
         elif streamed:
             pieces = engine.synthesize_stream(chunk, voice, speed)
         if not streamed:
-            started = time.perf_counter()
+            started = self.now()
             whole = list(pieces) if timed else [engine.synthesize(chunk, voice, speed)]
-            self.schedule.observe(chunk, voice, speed, time.perf_counter() - started)
+            self.schedule.observe(chunk, voice, speed, self.now() - started)
             pieces = iter(whole)
         trim = StreamedTrim(engine.sample_rate)
         waiting: list[SpokenWord] = []  # words whose audio's trim is not yet known

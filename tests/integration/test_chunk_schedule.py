@@ -1,13 +1,14 @@
 """The chunk schedule: the listener's playback clock, and chunks made in time by the engine's
 measured speed (streamed, or cut like a fast start, only when decoding whole would leave a
-silence). The synthesis-layer tests run the real model."""
+silence). The synthesis-layer tests run the real model on a clock of its own
+(tests/paced_engine.py): the plans they assert are the same on every machine."""
 
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import pytest
+from paced_engine import PacedEngine
 
 from speech_server.chunk_plan import DEFAULT_POLICY, plan_chunks
 from speech_server.chunk_schedule import (
@@ -145,48 +146,17 @@ def test_later_chunks_grow_by_what_the_engine_affords():
     assert slow[0] == fast[0] and len(slow) > len(fast)  # a slower engine: smaller steps
 
 
-class TimedEngine:
-    """The real engine, with the real-time factor this machine measured, noting each call."""
-
-    def __init__(self, engine, real_time_factor: float, first_share: float = 0.6) -> None:
-        self._engine = engine
-        self.first_share = first_share
-        self.name, self.sample_rate = engine.name, engine.sample_rate
-        self.voices, self.default_voice = engine.voices, engine.default_voice
-        self.real_time_factor = real_time_factor
-        self.calls: list[tuple[str, str]] = []
-        self._lock = threading.Lock()
-
-    def estimated_audio_seconds(self, text, voice, speed):
-        return self._engine.estimated_audio_seconds(text, voice, speed)
-
-    def streamed_first_share(self, audio_seconds):
-        return self.first_share
-
-    def synthesize(self, text, voice, speed):
-        self._note("whole", text)
-        return self._engine.synthesize(text, voice, speed)
-
-    def synthesize_stream(self, text, voice, speed):
-        self._note("streamed", text)
-        yield from self._engine.synthesize_stream(text, voice, speed)
-
-    def _note(self, kind: str, text: str) -> None:
-        with self._lock:
-            self.calls.append((kind, text))
-
-
 SENTENCE = "I'm voicewire, the voice of your agent."
 
 
 def speak_next_sentence(
-    engine: TimedEngine, seconds_ahead: float, fast_start: bool = False
+    engine: PacedEngine, seconds_ahead: float, fast_start: bool = False
 ) -> bytes:
     """A pipeline's second sentence (no fast start), sent while the first's audio still has
     ``seconds_ahead`` to play."""
-    clock = PlaybackClock()
+    synthesizer = Synthesizer(engine, now=engine.clock)
+    clock = synthesizer.playback_clock()
     clock.add(seconds_ahead)
-    synthesizer = Synthesizer(engine)
 
     async def speak() -> bytes:
         audio = b""
@@ -204,14 +174,14 @@ def speak_next_sentence(
 
 
 def test_the_next_sentence_is_decoded_whole_when_the_audio_ahead_covers_it(onnx_engine):
-    engine = TimedEngine(onnx_engine, real_time_factor=0.3)
+    engine = PacedEngine(onnx_engine, real_time_factor=0.3)
     audio = speak_next_sentence(engine, seconds_ahead=10.0)
     assert engine.calls == [("whole", SENTENCE)]  # as the seed's pipeline made it
     assert len(audio) > 24000 * 2
 
 
 def test_the_next_sentence_is_cut_and_streamed_when_the_listener_would_wait(onnx_engine):
-    engine = TimedEngine(onnx_engine, real_time_factor=0.3)
+    engine = PacedEngine(onnx_engine, real_time_factor=0.3)
     audio = speak_next_sentence(engine, seconds_ahead=0.05)
     first_kind, first_text = engine.calls[0]
     assert first_kind == "streamed" and first_text == "I'm voicewire,"  # its first clause
@@ -222,7 +192,7 @@ def test_the_next_sentence_is_cut_and_streamed_when_the_listener_would_wait(onnx
 def test_a_new_answer_starts_fast_whatever_the_clock_held(onnx_engine):
     """A fast start is a new answer the listener waits for: 10 s still queued from the turn
     before (that turn ended on this side while its audio played on) do not make it whole."""
-    engine = TimedEngine(onnx_engine, real_time_factor=0.3)
+    engine = PacedEngine(onnx_engine, real_time_factor=0.3)
     speak_next_sentence(engine, seconds_ahead=10.0, fast_start=True)
     assert engine.calls[0] == ("streamed", "I'm voicewire,")
 
@@ -230,9 +200,9 @@ def test_a_new_answer_starts_fast_whatever_the_clock_held(onnx_engine):
 GREETING = "Hello! I'm voicewire, the voice of your agent. Ask me anything."
 
 
-def speak_request(engine: TimedEngine, text: str) -> bytes:
+def speak_request(engine: PacedEngine, text: str) -> bytes:
     """One new answer (a fast start) on a fresh session."""
-    synthesizer = Synthesizer(engine)
+    synthesizer = Synthesizer(engine, now=engine.clock)
 
     async def speak() -> bytes:
         frames = synthesizer.pcm_frames(text, "af_heart", 1.0, fast_start=True, clock=None)
@@ -248,12 +218,12 @@ def test_a_later_chunk_the_first_ones_audio_cannot_cover_is_cut_at_its_first_cla
     """A slow CPU (its window plan gains nothing on a short chunk streamed): after "Hello!"
     (0.8 s of audio) the next chunk's first audio would come after that audio has played, so it
     is cut at its first clause. On a fast one it is made as planned. Nothing is dropped."""
-    slow = TimedEngine(onnx_engine, real_time_factor=0.33, first_share=1.0)
+    slow = PacedEngine(onnx_engine, real_time_factor=0.33, first_share=1.0)
     speak_request(slow, GREETING)
     texts = [text for _, text in slow.calls]
     assert texts[:3] == ["Hello!", "I'm voicewire,", "the voice of your agent."]
     assert " ".join(texts) == GREETING
-    fast = TimedEngine(onnx_engine, real_time_factor=0.1, first_share=0.4)
+    fast = PacedEngine(onnx_engine, real_time_factor=0.1, first_share=0.4)
     speak_request(fast, GREETING)
     assert [text for _, text in fast.calls][:2] == [
         "Hello!",

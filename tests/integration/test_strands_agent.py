@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import threading
 
 import pytest
 from bedrock_standin import BedrockStandin, Script, answer, tool_call
@@ -25,6 +26,8 @@ from functions.agent.events import (
 )
 from functions.agent.strands_agent import StrandsAgentTurn, agent_factory
 from functions.tools import sample_tools
+from functions.tools.current_time import current_time_tool
+from functions.tools.registry import ToolRegistry
 from voicewire.error_codes import ErrorCode
 
 
@@ -150,15 +153,37 @@ async def test_a_users_own_agent_plugs_in_by_its_factory():
     assert agent_factory("strands") is None
 
 
+def tool_held_until(event: threading.Event) -> ToolRegistry:
+    """The sample clock tool, answering only once ``event`` is set (at most 60 s): a tool that
+    runs for as long as the test needs, on any machine (issue 51: a 1.5 s tool ended before a
+    slower CPU had spoken the preamble)."""
+    clock = current_time_tool()
+
+    async def held(given):
+        await asyncio.to_thread(event.wait, 60)
+        return await clock.run(given)
+
+    return ToolRegistry([dataclasses.replace(clock, run=held)])
+
+
 async def test_a_strands_turn_speaks_the_preamble_while_the_tool_runs(aws, speech_server):
+    """The preamble is spoken while the tool runs, not after: the tool answers only once audio
+    has been posted, so a turn that held the preamble's audio back until the tool ended would
+    post it after ``tool_end`` (60 s later)."""
+    posted_audio = threading.Event()
+
     def agent():
         return strands_turn(
             ReplayBedrockClient(pace=0.3),
             "What time is it in Paris?",
-            tools=sample_tools(latency_seconds=1.5),
+            tools=tool_held_until(posted_audio),
         )
 
-    outcome, connection, _ = await run_turn(speech_server, "bidi", agent=agent)
+    def watch(data: bytes) -> None:
+        if data[:1] == b"\xa1":  # an audio frame (voicewire.client_protocol)
+            posted_audio.set()
+
+    outcome, connection, _ = await run_turn(speech_server, "bidi", agent=agent, watch=watch)
     frames = connection.frames()
     order = ["audio" if isinstance(f, tuple) else f["type"] for f in frames]
     start, end = order.index("tool_start"), order.index("tool_end")
