@@ -12,11 +12,11 @@ from typing import Any
 
 import boto3
 
+from functions.adapters.bedrock_request import ConverseStreamClient, bedrock_client
 from functions.adapters.connect_tickets import ConnectTickets
 from functions.adapters.connections import Connections
 from functions.adapters.conversation_table import TableConversation
 from functions.adapters.frame_sink import management_client
-from functions.adapters.llm import ConverseStreamClient, bedrock_client
 from functions.adapters.speech_sessions import KeptSpeechSession, SessionPolicy
 from functions.adapters.table_items import TableItems, dynamodb_client
 from functions.adapters.turn_ledger import TurnLedger

@@ -23,8 +23,8 @@ from botocore.exceptions import ClientError
 from connections_server import ConnectionsServer
 from loopback_http import LoopbackServer
 
+from functions.adapters.bedrock_request import converse_request
 from functions.adapters.frame_sink import ApiGatewaySink, management_client
-from functions.adapters.llm import converse_request
 from functions.adapters.relay import Relay
 from functions.adapters.replay_llm import ReplayBedrockClient
 from functions.adapters.session_table import create_table

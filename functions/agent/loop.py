@@ -22,13 +22,9 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from functions.adapters.llm import (
-    ConverseStreamClient,
-    LlmResult,
-    ToolUseOpened,
-    ToolUseRequest,
-    stream_model,
-)
+from functions.adapters.bedrock_request import ConverseStreamClient
+from functions.adapters.converse_events import LlmResult, ToolUseOpened, ToolUseRequest
+from functions.adapters.llm import stream_model
 from functions.agent.events import (
     AgentEvent,
     AgentText,

@@ -34,7 +34,8 @@ from strands.models.bedrock import BedrockModel
 from strands.types.exceptions import ModelThrottledException
 from strands.types.tools import AgentTool
 
-from functions.adapters.llm import ConverseStreamClient, LlmError, as_llm_error, with_prompt
+from functions.adapters.bedrock_request import ConverseStreamClient, with_prompt
+from functions.adapters.llm_errors import LlmError, as_llm_error
 from functions.agent.events import (
     AgentEvent,
     AgentText,

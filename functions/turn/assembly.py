@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from functions.adapters.llm import converse_request
+from functions.adapters.bedrock_request import converse_request
 from functions.adapters.relay import Relay
 from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
 from functions.agent.events import AgentTurn

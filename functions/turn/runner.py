@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from functions.adapters.frame_sink import ClientGone, RelayError
-from functions.adapters.llm import LlmError
+from functions.adapters.llm_errors import LlmError
 from functions.adapters.relay import Relay
 from functions.agent.events import (
     AgentEvent,

@@ -12,7 +12,7 @@ import pytest
 from bedrock_standin import BedrockStandin, Script, answer, tool_call
 from pydantic import BaseModel
 
-from functions.adapters.llm import bedrock_client, converse_request
+from functions.adapters.bedrock_request import bedrock_client, converse_request
 from functions.agent.events import (
     AgentText,
     AnswerEnded,

@@ -29,7 +29,7 @@ from connections_server import Answer, Request
 from speech_standin import SpeechProcess, ToneEngine
 from turn_harness import LOCAL_AWS, WorkerWorld, apigw_event, worker_world
 
-from functions.adapters.llm import bedrock_client
+from functions.adapters.bedrock_request import bedrock_client
 from functions.adapters.replay_llm import ReplayBedrockClient
 from functions.adapters.session_table import SESSION_SECONDS
 from functions.handlers.disconnect import disconnect

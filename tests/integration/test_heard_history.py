@@ -20,7 +20,7 @@ from test_faults import dynamodb_url, make_world  # noqa: F401  (fixtures)
 from test_tool_stack import bedrock_accepts
 from turn_harness import apigw_event, run_turn
 
-from functions.adapters.llm import converse_request
+from functions.adapters.bedrock_request import converse_request
 from functions.adapters.replay_llm import ReplayBedrockClient
 from functions.conversation.heard import (
     INTERRUPTED_MARK,

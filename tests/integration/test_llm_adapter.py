@@ -21,14 +21,14 @@ from botocore.awsrequest import AWSResponse
 from botocore.config import Config
 from eventstream_encoding import RawEventStream
 
-from functions.adapters.llm import (
+from functions.adapters.bedrock_request import (
     DEFAULT_MAX_OUTPUT_TOKENS,
-    LlmError,
-    LlmResult,
     bedrock_client,
     converse_request,
-    stream_text,
 )
+from functions.adapters.converse_events import LlmResult
+from functions.adapters.llm import stream_text
+from functions.adapters.llm_errors import LlmError
 from functions.adapters.replay_llm import RECORDINGS_DIR, Recording, ReplayBedrockClient
 from voicewire.error_codes import ErrorCode
 

@@ -17,13 +17,10 @@ import pytest
 from botocore.exceptions import ClientError
 from required_tools import needs_modules
 
-from functions.adapters.llm import (
-    LlmError,
-    LlmResult,
-    converse_request,
-    stream_model,
-    stream_text,
-)
+from functions.adapters.bedrock_request import converse_request
+from functions.adapters.converse_events import LlmResult
+from functions.adapters.llm import stream_model, stream_text
+from functions.adapters.llm_errors import LlmError
 from functions.settings import DEFAULT_SYSTEM_PROMPT, Settings
 from voicewire.error_codes import ErrorCode
 from voicewire_tools.local_stack.local_llm_weights import (

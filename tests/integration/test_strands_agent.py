@@ -15,7 +15,7 @@ from test_agent_loop import client_for
 from test_tool_stack import bedrock_accepts
 from turn_harness import run_turn
 
-from functions.adapters.llm import LlmError
+from functions.adapters.llm_errors import LlmError
 from functions.adapters.replay_llm import ReplayBedrockClient
 from functions.agent.events import (
     AgentText,

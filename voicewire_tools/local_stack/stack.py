@@ -550,7 +550,7 @@ class LocalStack:
             return self._local_llm  # one model for every turn, as one per process
         if self.options.bedrock_model_id:
             if self._bedrock is None:  # one client, as one per Lambda environment
-                from functions.adapters.llm import bedrock_client
+                from functions.adapters.bedrock_request import bedrock_client
 
                 self._bedrock = bedrock_client()
             return self._bedrock
