@@ -24,7 +24,7 @@ from typing import Any
 
 from functions.adapters.frame_sink import ClientGone, RelayError
 from functions.adapters.relay import Relay
-from functions.conversation import rules, turn_frames
+from functions.conversation import refusals, rules, turn_frames
 from functions.conversation.heard import heard_of, remembered
 from functions.conversation.history import SpokenExchange
 from functions.conversation.state import DuplicateTurn, MemoryConversation
@@ -69,6 +69,7 @@ class ActiveTurn:
         self.cancelled.set()
 
 
+SCOPE: refusals.Scope = "session"  # a runtime session outlives one /ws connection
 RelayFor = Callable[[int], Relay]  # the turn's number -> the relay its frames go through
 
 
@@ -97,26 +98,17 @@ class Conversation:
         """Start a turn (cancelling the active one: barge-in) and return it running; None if it
         was refused (``tell`` was given the error frame). ``client``: where its frames go."""
         accepted_at = time.time()
-        turn_id = action.turn_id or f"t-{uuid.uuid4().hex[:12]}"
-        mode = action.mode if isinstance(action, AskAction) else "speak"
+        turn_id, mode = refusals.turn_id_of(action), refusals.mode_of(action)
         limit = self.adapters.settings.max_turns_per_minute
         try:
             admission = rules.start_turn(
                 self.state, turn_id, mode, action.heard_ms, limit=limit, now=accepted_at
             )
         except DuplicateTurn:
-            used = f"turn_id {turn_id!r} was already used in this session"
-            await tell(ErrorFrame(code=ErrorCode.INVALID_FIELD, turn_id=turn_id, message=used))
+            await tell(refusals.duplicate_turn(turn_id, SCOPE))
             return None
         if admission.verdict == rules.Admission.OVER_LIMIT:
-            await tell(
-                ErrorFrame(
-                    code=ErrorCode.TOO_MANY_TURNS,
-                    turn_id=action.turn_id,
-                    message=f"this session started {limit} turns this minute, its "
-                    "limit; wait a little",
-                )
-            )
+            await tell(refusals.too_many_turns(action, limit, SCOPE))
             return None
         started = admission.turn
         assert started is not None  # admitted
@@ -148,11 +140,7 @@ class Conversation:
         outcome = rules.cancel(self.state, action.turn_id, action.heard_ms)
         match outcome.verdict:
             case rules.CancelVerdict.UNKNOWN_TURN:
-                named = f"turn {action.turn_id!r}" if action.turn_id else "a turn"
-                unknown = f"{named} is not running in this session"
-                await tell(
-                    ErrorFrame(code=ErrorCode.UNKNOWN_TURN, turn_id=action.turn_id, message=unknown)
-                )
+                await tell(refusals.unknown_turn(action.turn_id, SCOPE))
             case rules.CancelVerdict.CANCELLED:
                 if self.active is not None and self.active.turn_id == outcome.turn_id:
                     self.active.cancelled.set()

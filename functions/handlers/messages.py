@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -22,7 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
 from functions.adapters.frame_sink import ApiGatewaySink, ClientGone, RelayError
-from functions.conversation import rules, turn_frames
+from functions.conversation import refusals, rules, turn_frames
 from functions.conversation.heard import remembered
 from functions.conversation.state import ConversationClosed, DuplicateTurn
 from functions.events import MessageEvent
@@ -73,6 +72,9 @@ def send_error(
     turn_id: str | None = None,
 ) -> None:
     tell(adapters, url, connection_id, [ErrorFrame(code=code, message=message, turn_id=turn_id)])
+
+
+SCOPE: refusals.Scope = "connection"  # what the client's words call this conversation
 
 
 def tell(adapters: Adapters, url: str, connection_id: str, frames: Sequence[BaseModel]) -> None:
@@ -138,15 +140,7 @@ def cancel(adapters: Adapters, url: str, connection_id: str, action: CancelActio
         case rules.CancelVerdict.CUT:
             logger.info("history cut to what was heard", heard_ms=action.heard_ms)
         case rules.CancelVerdict.UNKNOWN_TURN:
-            named = f"turn {action.turn_id!r}" if action.turn_id else "a turn"
-            send_error(
-                adapters,
-                url,
-                connection_id,
-                ErrorCode.UNKNOWN_TURN,
-                f"{named} is not running on this connection",
-                action.turn_id,
-            )
+            tell(adapters, url, connection_id, [refusals.unknown_turn(action.turn_id, SCOPE)])
         case rules.CancelVerdict.CANCELLED:
             logger.info(
                 "turn cancelled by the client", turn_id=outcome.turn_id, heard_ms=action.heard_ms
@@ -167,14 +161,7 @@ def refuse_over_limit(
         logger.info("turn refused: connection not open", turn_id=turn_id)
         return
     limit = adapters.settings.max_turns_per_minute
-    send_error(
-        adapters,
-        url,
-        connection_id,
-        ErrorCode.TOO_MANY_TURNS,
-        f"this connection started {limit} turns this minute, its limit; wait a little",
-        action.turn_id,
-    )
+    tell(adapters, url, connection_id, [refusals.too_many_turns(action, limit, SCOPE)])
     logger.info("turn refused: turns per minute", turn_id=turn_id, limit=limit)
 
 
@@ -185,8 +172,7 @@ def start_turn(
     action: AskAction | SpeakAction,
     accepted_at: float,
 ) -> None:
-    turn_id = action.turn_id or f"t-{uuid.uuid4().hex[:12]}"
-    mode = action.mode if isinstance(action, AskAction) else "speak"
+    turn_id, mode = refusals.turn_id_of(action), refusals.mode_of(action)
     conversation = adapters.conversation(connection_id)
     try:
         admission = rules.start_turn(
@@ -198,14 +184,7 @@ def start_turn(
             now=accepted_at,
         )
     except DuplicateTurn:
-        send_error(
-            adapters,
-            url,
-            connection_id,
-            ErrorCode.INVALID_FIELD,
-            f"turn_id {turn_id!r} was already used on this connection",
-            turn_id,
-        )
+        tell(adapters, url, connection_id, [refusals.duplicate_turn(turn_id, SCOPE)])
         return
     except ConversationClosed:
         logger.info("turn refused: connection not open", turn_id=turn_id)
