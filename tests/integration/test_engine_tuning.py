@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speech_server import engine_tuning
+from speech_server import engine_calibration, engine_tuning
 from speech_server.cpu_identity import cpu_model, kernel_flags
 from speech_server.engine_tuning import (
     RECORD_VERSION,
@@ -319,7 +319,7 @@ def test_a_record_measured_on_a_busier_machine_is_measured_again_at_the_engines_
     record = EngineTuning.model_validate(raw)
     assert record.remeasured_because and "busier machine" in record.remeasured_because
     measured = record.speed("given")
-    assert measured.rounds >= engine_tuning.MIN_ROUNDS and measured.vocoder_ms_per_call > 0
+    assert measured.rounds >= engine_calibration.MIN_ROUNDS and measured.vocoder_ms_per_call > 0
     # Measured for real, on a machine maybe busy now too (5.4 times slower than quiet, seen with
     # two test workers, a CPU hog and a browser benchmark beside it): well under the wrong
     # record's figure.

@@ -1,9 +1,9 @@
 """The vocoder's cost line, fitted from timings given here: no model, no clock, milliseconds.
 
-``engine_tuning.calibrate`` runs rounds of a measurement until the line settles; these tests give
-it a machine of their own (a cost curve, noise from a seeded generator) and check what the record
-would keep: the machine's line where the timings allow one, never a cost per call of zero or
-less, a bounded number of rounds, and the safe line, said in the log, where nothing settles.
+``engine_calibration.calibrate`` runs rounds of a measurement until the line settles; these tests
+give it a machine of their own (a cost curve, noise from a seeded generator) and check what the
+record would keep: the machine's line where the timings allow one, never a cost per call of zero
+or less, a bounded number of rounds, and the safe line, said in the log, where nothing settles.
 """
 
 from __future__ import annotations
@@ -14,22 +14,24 @@ from collections.abc import Callable
 
 import pytest
 
-from speech_server import engine_tuning
-from speech_server.engine_tuning import (
+from speech_server import engine_calibration
+from speech_server.engine_calibration import (
     MAX_ROUNDS,
     MIN_PER_CALL_MS,
     MIN_ROUNDS,
     SAFE_PER_CALL_MS,
-    CandidateSpeed,
     RoundTimes,
     VocoderLine,
     agree,
     calibrate,
-    disagreement,
     fit_line,
     implausible,
     safe_line,
     window_sizes,
+)
+from speech_server.engine_tuning import (
+    CandidateSpeed,
+    disagreement,
 )
 
 FRAMES = 382  # the calibration sentence's, as both graphs decode it
@@ -106,7 +108,7 @@ def test_a_line_with_no_cost_per_call_is_never_kept(caplog):
 
     fitted = fit_line({frames: convex(frames) for frames in SIZES})
     assert fitted.per_call_ms < 0  # what version 2 clamped to 0.0 and kept
-    with caplog.at_level(logging.INFO, logger=engine_tuning.__name__):
+    with caplog.at_level(logging.INFO, logger=engine_calibration.__name__):
         (result,) = calibrate(Machine(convex)).values()
     assert result.fit == "safe" and result.rounds == MIN_ROUNDS  # settled: no use measuring on
     assert result.reason.startswith("a cost per call of -")
@@ -122,7 +124,7 @@ def test_a_machine_that_never_settles_is_measured_for_max_rounds_then_kept_safe(
     is the fastest yet, no two lines agree, so the rounds stop at the bound, and the safe line
     is kept with a warning."""
     machine = Machine(linear(9.0, 1.95), lambda round_number, frames: 2 * 0.9**round_number)
-    with caplog.at_level(logging.WARNING, logger=engine_tuning.__name__):
+    with caplog.at_level(logging.WARNING, logger=engine_calibration.__name__):
         (result,) = calibrate(machine).values()
     assert result.rounds == MAX_ROUNDS and machine.rounds == MAX_ROUNDS + 1
     assert result.fit == "safe" and "no two successive lines agreed" in result.reason

@@ -55,7 +55,9 @@ from typing import Any
 import numpy as np
 import onnx
 
-from speech_server.engine_tuning import describe
+from speech_server.engine_tuning import (
+    describe,
+)
 from speech_server.engines.onnx_engine import KokoroOnnxEngine
 from speech_server.model_assets import bundled_model_path
 from speech_server.model_rewrite import dequantize, fast_model_path
