@@ -55,6 +55,9 @@ class TableConversation:
         record = self.turns.get(self.connection_id, turn_id)
         return None if record is None else record.heard_ms
 
+    def fail_turn(self, turn_id: str, error_code: str) -> bool:
+        return self.turns.fail(self.connection_id, turn_id, error_code)
+
     def change_history(self, change: HistoryChange) -> bool:
         """Write ``change(history, last_spoken)`` as the history (bounded) and its last spoken
         exchange, if nobody wrote in between (else read again: optimistic locking on

@@ -88,6 +88,11 @@ class ConversationState(Protocol):
         """What the client said it heard of a turn, with its cancel."""
         ...
 
+    def fail_turn(self, turn_id: str, error_code: str) -> bool:
+        """End a turn that will not run (nothing could be started for it) as ``failed``, with
+        the code the client was told; False if it had ended. It stops being the active turn."""
+        ...
+
     def change_history(self, change: HistoryChange) -> bool:
         """Apply ``change`` to the history and its last spoken exchange; the new history is
         bounded (``history.bounded_history``). False when nothing was written (``change``
@@ -162,6 +167,13 @@ class MemoryConversation:
     def heard_ms(self, turn_id: str) -> float | None:
         turn = self._turns.get(turn_id)
         return turn.heard_ms if turn is not None else None
+
+    def fail_turn(self, turn_id: str, error_code: str) -> bool:
+        turn = self._turns.get(turn_id)
+        if turn is None or turn.status in ENDED_STATUSES:
+            return False
+        self.end_turn(turn_id, "failed")
+        return True
 
     def end_turn(self, turn_id: str, status: EndedStatus) -> EndedStatus:
         """Record how a turn ended; one cancelled meanwhile stays cancelled (returned)."""

@@ -53,6 +53,7 @@ from functions.agent.events import (
 )
 from functions.conversation import turn_frames
 from functions.conversation.heard import TurnWord, estimated_heard_ms
+from functions.failure_frames import SpeechLimitReached, failure_frame
 from functions.turn.arrival import Item, in_arrival_order
 from functions.turn.audio_reader import SpokenRequest, TurnAudio, samples_ms
 from functions.turn.chunking import VOICEWIRE_CHUNKING, Chunking, WholeAnswer, cut_early
@@ -71,7 +72,6 @@ from voicewire.client_protocol import (
     TurnEnd,
     Words,
 )
-from voicewire.error_codes import ErrorCode
 from voicewire.speech_link import SpeechSession, SpeechSessionError
 from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
 from voicewire.speech_text import to_speech_text
@@ -113,10 +113,6 @@ class TurnOutcome:
 
 class _Stop(Exception):
     """Raised inside the consumer when the turn is cancelled."""
-
-
-class _SpeechLimit(Exception):
-    """Raised inside the consumer when the turn has sent all the audio it may."""
 
 
 SpeechSource = SpeechSession | asyncio.Future[SpeechSession]
@@ -202,37 +198,14 @@ class TurnRunner:
             status = "cancelled"
             if (failure := self.stop_failure()) is not None:
                 status, error = "failed", failure.model_copy()
-        except _SpeechLimit:
-            status = "failed"
-            error = ClientError(
-                code=ErrorCode.SPEECH_LIMIT_REACHED,
-                message=f"the turn reached its limit of {self.max_speech_seconds:g} s of speech",
-            )
-        except RelayError as failure:
-            logger.warning("delivery failed in turn %s: %s", self.spec.turn_id, failure)
-            status = "failed"
-            error = ClientError(
-                code=ErrorCode.DELIVERY_FAILED,
-                message=f"a frame could not be delivered ({failure.code or failure})",
-            )
-        except LlmError as failure:
-            status, error = "failed", ClientError(code=failure.code, message=failure.message)
-        except SpeechSessionError as failure:
-            logger.warning("speech failed in turn %s: %s", self.spec.turn_id, failure)
-            status = "failed"
-            if failure.code == ErrorCode.SPEECH_BUSY:  # refused at its first text: ask again
-                error = ClientError(code=ErrorCode.SPEECH_BUSY, message=failure.message)
-            else:
-                error = ClientError(
-                    code=ErrorCode.SPEECH_FAILED,
-                    message=f"speech synthesis failed ({failure.code})",
-                )
-        except Exception:  # a bug or an unforeseen failure: the turn still ends, and says so
+        except (RelayError, SpeechSessionError) as failure:
+            logger.warning("turn %s failed: %s", self.spec.turn_id, failure)
+            status, error = "failed", failure_frame(failure)
+        except (SpeechLimitReached, LlmError) as failure:
+            status, error = "failed", failure_frame(failure)
+        except Exception as failure:  # a bug or an unforeseen failure: the turn still ends
             logger.exception("turn %s failed", self.spec.turn_id)
-            status = "failed"
-            error = ClientError(
-                code=ErrorCode.INTERNAL_ERROR, message="the turn failed; see the worker's log"
-            )
+            status, error = "failed", failure_frame(failure)
         try:
             await self._stop_work(cancel_speech=status != "complete")
         except Exception:  # stopping is best effort; the turn's end must still be told
@@ -345,7 +318,7 @@ class TurnRunner:
             if allowed is not None and len(event) > allowed:
                 if allowed:
                     await self.relay.audio(event[:allowed])
-                raise _SpeechLimit
+                raise SpeechLimitReached(self.max_speech_seconds)
             await self.relay.audio(event)
             now = time.monotonic()
             played = len(event) / SAMPLE_WIDTH / SAMPLE_RATE

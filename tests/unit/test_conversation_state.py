@@ -204,3 +204,14 @@ def test_a_failed_answer_without_tools_leaves_nothing(conversation):
     start(conversation, "b")
     finish(conversation, "b", 2, "Again", spoken_answer("Here it is."))
     assert [m["role"] for m in conversation.state.read().history] == ["user", "assistant"]
+
+
+def test_a_turn_nothing_could_start_for_fails_once_and_stops_being_active(conversation):
+    start(conversation, "a")
+    assert conversation.state.fail_turn("a", "worker_unavailable")
+    assert conversation.state.read().active_turn_id is None
+    assert not conversation.state.fail_turn("a", "worker_unavailable")  # it had ended
+    start(conversation, "b")
+    rules.cancel(conversation.state, "b", None)
+    assert not conversation.state.fail_turn("b", "worker_unavailable")  # cancelled stays so
+    assert conversation.end("b", "complete") == "cancelled"
