@@ -31,7 +31,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from speech_server.drain import GOING_AWAY, GOING_AWAY_REASON, Drain, Ending
 from speech_server.engine_share import EngineBusy
-from speech_server.synthesis import SynthesisStats, Synthesizer
+from speech_server.synthesis import AudioPiece, SynthesisStats, Synthesizer, WordsAhead
 from voicewire.speech_protocol import (
     MAX_PENDING_REQUESTS,
     CancelMessage,
@@ -300,12 +300,13 @@ class BidiSession:
                         )
                     )
                     break
-                if isinstance(frame, list):  # the words of the audio that follows
-                    words = [TimedWord(text=w.text, start=w.start, end=w.end) for w in frame]
-                    message = WordsFrame(request_id=pending.request_id, words=words)
-                    await self.websocket.send_text(dump_frame(message))
-                    continue
-                await self.websocket.send_bytes(frame)
+                match frame:
+                    case WordsAhead(words=ahead):  # the words of the audio that follows
+                        words = [TimedWord(text=w.text, start=w.start, end=w.end) for w in ahead]
+                        message = WordsFrame(request_id=pending.request_id, words=words)
+                        await self.websocket.send_text(dump_frame(message))
+                    case AudioPiece(pcm=pcm):
+                        await self.websocket.send_bytes(pcm)
         finally:
             await frames.aclose()
         if pending.cancelled.is_set() and status == "complete":

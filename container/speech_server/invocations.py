@@ -24,7 +24,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from speech_server.audio_encoding import AUDIO_FORMATS, AudioFormat, encoder_for
 from speech_server.chunk_schedule import PlaybackClock
 from speech_server.engine_share import EngineBusy, begins_answer
-from speech_server.synthesis import SynthesisStats, Synthesizer
+from speech_server.synthesis import AudioPiece, SynthesisStats, Synthesizer
 from voicewire.speech_protocol import (
     ErrorCode,
     ErrorFrame,
@@ -95,7 +95,7 @@ async def _encoded_audio(
     """Encoded bytes as they come, then the request's stats as the last item."""
     encoder = encoder_for(audio_format, synthesizer.engine.sample_rate)
     stats = SynthesisStats()
-    async for pcm in synthesizer.pcm_frames(
+    async for piece in synthesizer.pcm_frames(
         synthesis.text,
         synthesis.voice or synthesizer.engine.default_voice,
         synthesis.speed,
@@ -104,9 +104,9 @@ async def _encoded_audio(
         clock=clock,
         admitted=True,  # weighed in ``invocations``, before the response began
     ):
-        if isinstance(pcm, list):  # word timings: not asked for on this path
+        if not isinstance(piece, AudioPiece):  # word timings: not asked for on this path
             continue
-        if encoded := encoder.encode(pcm):
+        if encoded := encoder.encode(piece.pcm):
             yield encoded
     if tail := encoder.finish():
         yield tail

@@ -99,7 +99,21 @@ class SynthesisStats:
         )
 
 
-Piece = bytes | list[SpokenWord]  # a chunk's audio, or the words the audio after them speaks
+@dataclass(frozen=True, slots=True)
+class AudioPiece:
+    """s16le PCM of the request's audio (at most ``frame_bytes`` once it leaves ``pcm_frames``)."""
+
+    pcm: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class WordsAhead:
+    """The words the audio after them speaks, in samples from the start of the request's audio."""
+
+    words: list[SpokenWord]
+
+
+Piece = AudioPiece | WordsAhead
 
 
 class Synthesizer:
@@ -189,10 +203,10 @@ class Synthesizer:
         word_timings: bool = False,
         starts_answer: bool | None = None,
         admitted: bool = False,
-    ) -> AsyncGenerator[bytes | list[SpokenWord]]:
-        """Yield s16le PCM frames of at most ``frame_bytes`` as soon as each chunk exists; with
-        ``word_timings``, also lists of the words the next frames speak (samples from the start
-        of this request's audio), each list before the first frame it describes.
+    ) -> AsyncGenerator[Piece]:
+        """Yield ``AudioPiece`` frames of at most ``frame_bytes`` as soon as each chunk exists;
+        with ``word_timings``, also the ``WordsAhead`` the next frames speak (samples from the
+        start of this request's audio), each before the first frame it describes.
 
         ``fast_start``: the listener waits for this request's first audio, so its first chunk is
         cut short (``chunk_plan``) and comes from the engine a piece at a time. Without it, the
@@ -223,8 +237,8 @@ class Synthesizer:
         def step() -> list[Piece] | None:
             pieces = self._step(request_pieces)
             for piece in pieces or ():
-                if isinstance(piece, bytes):  # before the next step's deadline is asked
-                    clock.add(len(piece) / bytes_per_second)
+                if isinstance(piece, AudioPiece):  # before the next step's deadline is asked
+                    clock.add(len(piece.pcm) / bytes_per_second)
             return pieces
 
         def deliver(result: list[Piece] | BaseException | None) -> None:
@@ -258,17 +272,18 @@ class Synthesizer:
                 if isinstance(result, BaseException):
                     raise result
                 for item in result:
-                    if isinstance(item, list):
-                        yield item
-                        continue
-                    for offset in range(0, len(item), self.frame_bytes):
-                        if cancelled.is_set():
-                            return
-                        frame = item[offset : offset + self.frame_bytes]
-                        stats.count_frame(frame)
-                        if fast_start and stats.audio_bytes == len(frame):  # its first frame
-                            self._first_audio_ms.append(stats.first_audio_ms)  # type: ignore[arg-type]
-                        yield frame
+                    match item:
+                        case WordsAhead():
+                            yield item
+                        case AudioPiece(pcm=pcm):
+                            for offset in range(0, len(pcm), self.frame_bytes):
+                                if cancelled.is_set():
+                                    return
+                                frame = pcm[offset : offset + self.frame_bytes]
+                                stats.count_frame(frame)
+                                if fast_start and stats.audio_bytes == len(frame):  # its first
+                                    self._first_audio_ms.append(stats.first_audio_ms)  # type: ignore[arg-type]
+                                yield AudioPiece(frame)
         finally:
             chain.close()
             self.share.finished(clock)
@@ -315,11 +330,12 @@ class Synthesizer:
             streamed = first_of_fast_start or schedule.streams(chunk, voice, speed, clock)
             chunk_start = sent  # the chunk's words count from its own first sample
             for piece in self._render(chunk, voice, speed, streamed=streamed, timed=timed):
-                if isinstance(piece, bytes):
-                    sent += len(piece) // SAMPLE_WIDTH
-                    yield piece
-                else:
-                    yield [word.shifted(chunk_start) for word in piece]
+                match piece:
+                    case AudioPiece(pcm=pcm):
+                        sent += len(pcm) // SAMPLE_WIDTH
+                        yield piece
+                    case WordsAhead(words=words):
+                        yield WordsAhead([word.shifted(chunk_start) for word in words])
 
     def _in_time(self, text: str, voice: str, speed: float, clock: PlaybackClock) -> ChunkPolicy:
         """The plan's policy for a cut made because the listener would wait: its first chunk
@@ -337,8 +353,9 @@ class Synthesizer:
         try:
             for piece in pieces:
                 taken.append(piece)
-                if isinstance(piece, bytes):
-                    self.audio_seconds_made += len(piece) / SAMPLE_WIDTH / self.engine.sample_rate
+                if isinstance(piece, AudioPiece):
+                    seconds = len(piece.pcm) / SAMPLE_WIDTH / self.engine.sample_rate
+                    self.audio_seconds_made += seconds
                     break
             return taken or None
         finally:
@@ -364,6 +381,7 @@ class Synthesizer:
             pieces = iter(whole)
         trim = StreamedTrim(engine.sample_rate)
         waiting: list[SpokenWord] = []  # words whose audio's trim is not yet known
+        # The engine's own pieces: float32 audio, or a list of the words of the audio after it.
         for piece in pieces:
             if isinstance(piece, list):
                 waiting += piece
@@ -371,16 +389,16 @@ class Synthesizer:
                 kept = trim.push(piece)
                 if kept.size:
                     if waiting:
-                        yield [word.shifted(-trim.cut) for word in waiting]
+                        yield WordsAhead([word.shifted(-trim.cut) for word in waiting])
                         waiting = []
-                    yield to_pcm16(kept)
+                    yield AudioPiece(to_pcm16(kept))
                 continue
             if waiting and trim.speaking:
-                yield [word.shifted(-trim.cut) for word in waiting]
+                yield WordsAhead([word.shifted(-trim.cut) for word in waiting])
                 waiting = []
         # Words still waiting belong to audio the trim dropped whole (nothing loud): none sent.
         pause = np.zeros(int(pause_after(chunk) / speed * engine.sample_rate), np.float32)
-        yield to_pcm16(np.concatenate([trim.finish(), pause]))
+        yield AudioPiece(to_pcm16(np.concatenate([trim.finish(), pause])))
 
 
 def trim_silence(audio: NDArray[np.float32], sample_rate: int) -> NDArray[np.float32]:

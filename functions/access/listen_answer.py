@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from functions.access.listen_signer import ListenSigner
 from functions.conversation.state import ConversationState
+from functions.failure_frames import failure_frame
 from functions.observability import logger
 from voicewire.client_protocol import ClientError as ErrorFrame
 from voicewire.client_protocol import ListenAction, ListenOffer
@@ -53,7 +54,7 @@ def answer_listen(
         return listen_offer(action, credentials, signer.settings)
     except ProtocolError as error:
         logger.info("listen refused", code=error.code.value)
-        return ErrorFrame(code=error.code, message=error.message, turn_id=error.request_id)
+        return failure_frame(error)
 
 
 def _said(error: Exception) -> str:

@@ -40,29 +40,23 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from functions.access.listen_answer import answer_listen
-from functions.access.listen_signer import current_listen_signer
 from functions.adapters.frame_sink import FrameSink
 from functions.adapters.relay import Relay
 from functions.agentcore.conversation import ActiveTurn, Conversation, Conversations
 from functions.agentcore.transports import SeedEvents, WebSocketSink
 from functions.environment_loop import environment_loop
+from functions.failure_frames import failure_frame
+from functions.lifecycle.front_door import AdmittedTurn, answer, start
 from functions.observability import logger
 from functions.wiring import Adapters, current_adapters
 from voicewire.client_protocol import (
     AskAction,
-    CancelAction,
-    HistoryAction,
-    ListenAction,
     SpeakAction,
-    VoiceList,
-    VoicesAction,
     dump_control,
     parse_action,
 )
 from voicewire.client_protocol import ClientError as ErrorFrame
 from voicewire.error_codes import ErrorCode, ProtocolError
-from voicewire.voice_catalog import OFFICIAL_VOICES
 
 AUDIO_DELIVERIES = ("binary", "base64")
 
@@ -153,36 +147,22 @@ async def _handle(
     delivery: str,
     app: BedrockAgentCoreApp,
 ) -> None:
-    """One client message of ``/ws``, on the turns' loop."""
+    """One client message of ``/ws``, on the turns' loop, answered by the lifecycle."""
 
     async def tell(frame: BaseModel) -> None:
         await sink.send(dump_control(frame).decode())  # JSON: a text frame
 
-    settings = conversation.adapters.settings
-    try:
-        action = parse_action(body, settings.voices)
-    except ProtocolError as error:
-        await tell(ErrorFrame(code=error.code, message=error.message, turn_id=error.request_id))
-        return
-    match action:
-        case AskAction() | SpeakAction():
-            text_flush = "sentence" if getattr(action, "text_deltas", "") == "sentence" else None
-            relay_for = partial(_relay, sink, delivery, text_flush)
-            turn = await conversation.start(action, relay_for, tell, client=sink)
-            if turn is not None and turn.task is not None:
-                busy = app.add_async_task("voice turn")
-                turn.task.add_done_callback(lambda _: app.complete_async_task(busy))
-        case CancelAction():
-            await conversation.cancel(action, tell)
-        case VoicesAction():
-            await tell(VoiceList.of(settings.voices or frozenset(OFFICIAL_VOICES)))
-        case HistoryAction():
-            await tell(conversation.remembered())
-        case ListenAction():
-            # In a thread: on AWS the signer may first assume its role (STS). Every failure is
-            # an error frame (functions.access.listen_answer): the conversation stays open.
-            signer, state = current_listen_signer(), conversation.state
-            await tell(await asyncio.to_thread(answer_listen, action, signer, state, time.time()))
+    def relay_for(turn: AdmittedTurn) -> Relay:
+        sentences = getattr(turn.action, "text_deltas", "") == "sentence"
+        return _relay(sink, delivery, "sentence" if sentences else None, turn.turn)
+
+    def busy_while(turn: ActiveTurn) -> None:  # /ping says HealthyBusy while it runs
+        if turn.task is not None:
+            busy = app.add_async_task("voice turn")
+            turn.task.add_done_callback(lambda _: app.complete_async_task(busy))
+
+    door = conversation.door(tell, relay_for, client=sink, on_launch=busy_while)
+    await answer(door, body)
 
 
 def _relay(sink: FrameSink, delivery: str, text_flush: str | None, turn: int) -> Relay:
@@ -238,15 +218,15 @@ async def _start_invocation(
     async def tell(frame: BaseModel) -> None:
         events.refuse(json.loads(dump_control(frame)))
 
-    settings = conversation.adapters.settings
+    door = conversation.door(tell, lambda turn: _relay(events, "base64", None, turn.turn), events)
     try:
-        action = parse_action(json.dumps(_as_action(payload)), settings.voices)
+        action = parse_action(json.dumps(_as_action(payload)), door.voices)
     except ProtocolError as error:
-        await tell(ErrorFrame(code=error.code, message=error.message))
+        await tell(failure_frame(error))
         return None
     assert isinstance(action, AskAction | SpeakAction)  # _as_action names one of the two
-    relay_for = partial(_relay, events, "base64", None)
-    return await conversation.start(action, relay_for, tell, client=events)
+    await start(door, action, time.time())
+    return door.launched
 
 
 def _as_action(payload: Any) -> Any:

@@ -1,13 +1,13 @@
-"""One AgentCore Runtime session's conversation: its history, its turn counter, its active turn.
+"""One AgentCore Runtime session's conversation, the turn lifecycle's host on AgentCore's side.
 
 AgentCore gives each runtime session its own microVM, kept for the session's life (idle 900 s
 by default, 8 h at most), so the session's state lives in this process's memory
-(``MemoryConversation``): no table, no claim, no lease. The decisions are the WebSocket API's,
-made by the same rules over that state (``functions.conversation.rules``): the rate limit, a
-new ``ask``/``speak`` cancelling the running turn (barge-in), a cancel's ``heard_ms`` cutting an
-ended turn's exchange, what the history keeps. What differs is around them: the turn runs as a
-task here, and a barge-in waits for the turn it cut to end, so the new answer knows what the
-listener heard of it.
+(``MemoryConversation``): no table, no claim, no lease. Every decision and every step of a turn
+is the lifecycle's (``functions.lifecycle``), the same as the WebSocket API's; what this module
+supplies is what differs: a client's front door (``SessionDoor``: its frames, its relays, the
+listen signer), a turn run as a task (``Conversation.launch``: a barge-in waits for the turn it
+cut to end, so the new answer knows what the listener heard of it), and the run's host
+(``SessionHost``: state calls inline, the end recorded in memory).
 
 Every coroutine here runs on one event loop (the app's worker loop: ``functions.agentcore.app``).
 """
@@ -18,29 +18,30 @@ import asyncio
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.adapters.frame_sink import ClientGone, RelayError
+from pydantic import BaseModel
+
+from functions.access.listen_answer import answer_listen
+from functions.access.listen_signer import current_listen_signer
 from functions.adapters.relay import Relay
-from functions.conversation import refusals, rules, turn_frames
-from functions.conversation.heard import heard_of, remembered
+from functions.adapters.speech_sessions import ReadySession
+from functions.conversation import refusals
 from functions.conversation.history import SpokenExchange
-from functions.conversation.state import DuplicateTurn, MemoryConversation
+from functions.conversation.state import MemoryConversation
+from functions.lifecycle.front_door import AdmittedTurn
+from functions.lifecycle.turn_run import TurnPlan, TurnRun
 from functions.observability import logger
-from functions.turn import TurnOutcome, TurnRunner, TurnSpec
-from functions.turn.assembly import answering_agent, hand_back, session_of, turn_runner
+from functions.turn import TurnOutcome, TurnSpec
 from functions.wiring import Adapters
 from voicewire.client_protocol import (
     AskAction,
-    CancelAction,
-    HistoryFrame,
+    EndedStatus,
+    ListenAction,
     SpeakAction,
-    Timings,
 )
-from voicewire.client_protocol import ClientError as ErrorFrame
-from voicewire.error_codes import ErrorCode
 
 # A barge-in waits this long for the turn it cut to end (it stops within one frame's post and
 # its speech request's cancel): past it the new turn goes on with the history as it is.
@@ -57,7 +58,7 @@ class ActiveTurn:
     mode: str
     cancelled: asyncio.Event
     state: MemoryConversation
-    task: asyncio.Task[TurnOutcome] | None = None
+    task: asyncio.Task[EndedStatus] | None = None
     # Where its frames go (a /ws connection, an /invocations stream): when that client leaves,
     # this turn stops, not a turn another client of the same session started.
     client: object = None
@@ -69,8 +70,8 @@ class ActiveTurn:
         self.cancelled.set()
 
 
-SCOPE: refusals.Scope = "session"  # a runtime session outlives one /ws connection
-RelayFor = Callable[[int], Relay]  # the turn's number -> the relay its frames go through
+RelayFor = Callable[[AdmittedTurn], Relay]  # the relay a turn's frames go through
+Tell = Callable[[BaseModel], Awaitable[None]]
 
 
 @dataclass
@@ -88,72 +89,50 @@ class Conversation:
     def last_spoken(self) -> SpokenExchange | None:
         return self.state.last_spoken
 
-    async def start(
+    def door(
         self,
-        action: AskAction | SpeakAction,
+        tell: Tell,
         relay_for: RelayFor,
-        tell: Callable[[Any], Any],
-        client: object = None,
-    ) -> ActiveTurn | None:
-        """Start a turn (cancelling the active one: barge-in) and return it running; None if it
-        was refused (``tell`` was given the error frame). ``client``: where its frames go."""
-        accepted_at = time.time()
-        turn_id, mode = refusals.turn_id_of(action), refusals.mode_of(action)
-        limit = self.adapters.settings.max_turns_per_minute
-        try:
-            admission = rules.start_turn(
-                self.state, turn_id, mode, action.heard_ms, limit=limit, now=accepted_at
-            )
-        except DuplicateTurn:
-            await tell(refusals.duplicate_turn(turn_id, SCOPE))
-            return None
-        if admission.verdict == rules.Admission.OVER_LIMIT:
-            await tell(refusals.too_many_turns(action, limit, SCOPE))
-            return None
-        started = admission.turn
-        assert started is not None  # admitted
+        client: object,
+        on_launch: Callable[[ActiveTurn], None] = lambda _: None,
+    ) -> SessionDoor:
+        """The lifecycle's front door for one client of this session (a ``/ws`` connection, an
+        ``/invocations`` stream): its frames go through ``tell`` and its turns' relays."""
+        return SessionDoor(self, tell, relay_for, client, on_launch)
+
+    async def launch(self, admitted: AdmittedTurn, relay: Relay, client: object) -> ActiveTurn:
+        """Run the admitted turn as a task; a turn it replaced (barge-in, already cancelled in
+        the state by the rules) is stopped and waited for first, so that it keeps what was
+        heard before this turn's agent reads the history."""
         replaced = self.active
         if replaced is not None:
-            # Cancelled in the state by the rules (barge-in): stop its task, and let it keep
-            # what was heard before this turn's agent reads the history.
             replaced.cancelled.set()
             await self._wait_for(replaced, REPLACED_TURN_WAIT_SECONDS)
-            logger.info(
-                "barge-in: previous turn cancelled",
-                turn_id=replaced.turn_id,
-                heard_ms=action.heard_ms,
-            )
-        turn = ActiveTurn(turn_id, started.turn, mode, asyncio.Event(), self.state, client=client)
+        turn = ActiveTurn(
+            admitted.turn_id, admitted.turn, admitted.mode, asyncio.Event(), self.state, client
+        )
+        action = admitted.action
         spec = TurnSpec(
-            turn_id, turn.turn, mode, accepted_at, action.voice, action.speed, action.word_timings
+            turn.turn_id,
+            turn.turn,
+            turn.mode,
+            admitted.accepted_at,
+            action.voice,
+            action.speed,
+            action.word_timings,
+        )
+        plan = TurnPlan(
+            spec,
+            prompt=action.prompt if isinstance(action, AskAction) else None,
+            text=action.text if isinstance(action, SpeakAction) else None,
         )
         self.active = turn
-        turn.task = asyncio.create_task(
-            self._run(turn, spec, action, relay_for(turn.turn)), name=f"turn-{turn_id}"
-        )
-        logger.info(
-            "turn accepted", session_id=self.session_id, turn_id=turn_id, turn=turn.turn, mode=mode
-        )
+        turn.task = asyncio.create_task(self._run(turn, plan, relay), name=f"turn-{turn.turn_id}")
         return turn
 
-    async def cancel(self, action: CancelAction, tell: Callable[[Any], Any]) -> None:
-        outcome = rules.cancel(self.state, action.turn_id, action.heard_ms)
-        match outcome.verdict:
-            case rules.CancelVerdict.UNKNOWN_TURN:
-                await tell(refusals.unknown_turn(action.turn_id, SCOPE))
-            case rules.CancelVerdict.CANCELLED:
-                if self.active is not None and self.active.turn_id == outcome.turn_id:
-                    self.active.cancelled.set()
-                logger.info(
-                    "turn cancelled by the client",
-                    turn_id=outcome.turn_id,
-                    heard_ms=action.heard_ms,
-                )
-            case rules.CancelVerdict.CUT:
-                logger.info("history cut to what was heard", heard_ms=action.heard_ms)
-
-    def remembered(self) -> HistoryFrame:
-        return HistoryFrame(messages=remembered(self.history))
+    def stop(self, turn_id: str) -> None:
+        if self.active is not None and self.active.turn_id == turn_id:
+            self.active.cancelled.set()
 
     async def leave(self, client: object) -> None:
         """``client`` left: its turn stops (nothing more can reach it), the history stays for
@@ -166,85 +145,92 @@ class Conversation:
         if turn.task is not None:
             await asyncio.wait({turn.task}, timeout=seconds)
 
-    async def _run(
-        self, turn: ActiveTurn, spec: TurnSpec, action: AskAction | SpeakAction, relay: Relay
-    ) -> TurnOutcome:
-        """The turn from its speech session to its turn_end, as the Lambda worker runs it."""
-        adapters = self.adapters
-        acquiring = asyncio.create_task(adapters.speech_sessions.acquire())
-        speech = asyncio.create_task(session_of(acquiring), name="speech-session-ready")
-        outcome: TurnOutcome | None = None
-        runner: TurnRunner | None = None
-        try:
-            agent = None
-            if isinstance(action, AskAction):
-                agent = answering_agent(adapters, list(self.history), action.prompt)
-            text = action.text if isinstance(action, SpeakAction) else None
-            runner = turn_runner(
-                spec,
-                relay,
-                speech,
-                turn.cancelled,
-                adapters.settings,
-                agent=agent,
-                text=text,
-                chunking=adapters.chunking,
-            )
-            outcome = await runner.run(tell_end=False)
-        except Exception:  # the agent could not be built: the turn still ends, and says why
-            logger.exception("the turn could not start", turn_id=turn.turn_id)
-            outcome = TurnOutcome("failed", Timings(total_ms=_ms_since(spec.accepted_at)))
-            outcome.error = ErrorFrame(
-                code=ErrorCode.INTERNAL_ERROR,
-                turn_id=turn.turn_id,
-                message="the turn could not start",
-            )
-            await tell_unstarted(relay, spec, outcome)
-        finally:
-            ready = await hand_back(adapters.speech_sessions, acquiring, speech, outcome, runner)
-        if isinstance(action, AskAction):
-            self._keep(turn, action.prompt, outcome)
-        self.state.end_turn(turn.turn_id, outcome.status)
-        if self.active is turn:
-            self.active = None
-        if runner is not None:
-            await runner.tell_end(outcome)
-        await relay.close()
-        logger.info(
-            "turn ended",
-            session_id=self.session_id,
-            turn_id=turn.turn_id,
-            status=outcome.status,
-            timings=outcome.timings.model_dump(),
-            heard_ms=self.state.heard_ms(turn.turn_id),
-            speech_session=ready.origin if ready else None,
-            audio_bytes=relay.audio_bytes,
-            audio_frames=relay.audio_frames,
-        )
-        return outcome
-
-    def _keep(self, turn: ActiveTurn, prompt: str, outcome: TurnOutcome) -> None:
-        """The exchange in the history, as the worker keeps it (``rules.keep_exchange``)."""
-        heard = None
-        if outcome.status == "cancelled":
-            given = self.state.heard_ms(turn.turn_id)
-            heard = heard_of(given, outcome.audio_ms, outcome.heard_estimate_ms)
-        spoken = SpokenExchange(turn.turn_id, turn.turn, 0, outcome.words)
-        rules.keep_exchange(self.state, prompt, outcome, spoken, heard)
+    async def _run(self, turn: ActiveTurn, plan: TurnPlan, relay: Relay) -> EndedStatus:
+        """The turn from its speech session to its turn_end, by the lifecycle, as the Lambda
+        worker runs it."""
+        run = TurnRun(plan, SessionHost(self, turn), relay)
+        acquiring = asyncio.create_task(self.adapters.speech_sessions.acquire())
+        await run.speak(acquiring, turn.cancelled)
+        return await run.finish()
 
 
-def _ms_since(at: float) -> float:
-    return round((time.time() - at) * 1000, 1)
+@dataclass
+class SessionDoor:
+    """One client of a runtime session, as the lifecycle's ``FrontDoor``."""
+
+    conversation: Conversation
+    tell_client: Tell
+    relay_for: RelayFor
+    client: object
+    on_launch: Callable[[ActiveTurn], None]
+    scope: refusals.Scope = "session"  # a runtime session outlives one /ws connection
+    launched: ActiveTurn | None = None
+
+    @property
+    def state(self) -> MemoryConversation:
+        return self.conversation.state
+
+    @property
+    def voices(self) -> frozenset[str] | None:
+        return self.conversation.adapters.settings.voices
+
+    @property
+    def max_turns_per_minute(self) -> int:
+        return self.conversation.adapters.settings.max_turns_per_minute
+
+    async def tell(self, frame: BaseModel) -> None:
+        await self.tell_client(frame)
+
+    async def launch(self, turn: AdmittedTurn) -> None:
+        relay = self.relay_for(turn)
+        self.launched = await self.conversation.launch(turn, relay, self.client)
+        self.on_launch(self.launched)
+
+    async def stop(self, turn_id: str) -> None:
+        self.conversation.stop(turn_id)
+
+    async def listen(self, action: ListenAction) -> None:
+        # In a thread: on AWS the signer may first assume its role (STS). Every failure is an
+        # error frame (functions.access.listen_answer): the conversation stays open.
+        signer, state = current_listen_signer(), self.state
+        await self.tell(await asyncio.to_thread(answer_listen, action, signer, state, time.time()))
 
 
-async def tell_unstarted(relay: Relay, spec: TurnSpec, outcome: TurnOutcome) -> None:
-    """A turn that failed before its runner existed: its start, its error and its end."""
-    frames = turn_frames.unspoken(spec, outcome.status, outcome.timings, outcome.error)
-    try:
-        for frame in frames:
-            await relay.control(frame)
-    except (ClientGone, RelayError) as error:
-        logger.info("could not tell the client", reason=repr(error))
+@dataclass
+class SessionHost:
+    """A session's turn task as the lifecycle's ``TurnHost``: state in memory, on one loop."""
+
+    conversation: Conversation
+    turn: ActiveTurn
+
+    @property
+    def adapters(self) -> Adapters:
+        return self.conversation.adapters
+
+    @property
+    def state(self) -> MemoryConversation:
+        return self.conversation.state
+
+    async def offload[T](self, call: Callable[..., T], *args: Any) -> T:
+        return call(*args)  # inline: the memory belongs to this loop, each call is atomic
+
+    async def history(self) -> list[dict[str, Any]]:
+        return list(self.conversation.history)
+
+    async def record_end(self, outcome: TurnOutcome, relay: Relay) -> EndedStatus:
+        final = self.state.end_turn(self.turn.turn_id, outcome.status)
+        if self.conversation.active is self.turn:
+            self.conversation.active = None
+        return final
+
+    async def client_gone(self) -> None:
+        """Nothing to note: the session's next client is a new connection."""
+
+    def count(self, metric: str) -> None:
+        logger.warning("turn failure counted", metric=metric)
+
+    def ended(self, final: EndedStatus, outcome: TurnOutcome, ready: ReadySession | None) -> None:
+        """No metrics of its own: AgentCore Runtime's observability has the session's."""
 
 
 class Conversations:

@@ -21,9 +21,10 @@ from functions.access.listen_answer import answer_listen
 from functions.access.listen_signer import ListenSigner, current_listen_signer
 from functions.conversation.state import ConversationState
 from functions.events import MessageEvent
+from functions.failure_frames import failure_frame
 from functions.observability import logger
 from functions.wiring import current_adapters
-from voicewire.client_protocol import ClientError, ListenAction, dump_control, parse_action
+from voicewire.client_protocol import ListenAction, dump_control, parse_action
 from voicewire.error_codes import ErrorCode, ProtocolError
 
 
@@ -43,8 +44,7 @@ def listen(
             raise ProtocolError(ErrorCode.UNKNOWN_ACTION, "the listen route takes only 'listen'")
     except ProtocolError as error:
         logger.info("listen refused", code=error.code.value)
-        frame = ClientError(code=error.code, message=error.message, turn_id=error.request_id)
-        return {"statusCode": 200, "body": dump_control(frame).decode()}
+        return {"statusCode": 200, "body": dump_control(failure_frame(error)).decode()}
     state_of = state_of or current_adapters().conversation
     answer = answer_listen(action, signer, state_of(connection_id), time.time())
     if answer.type == "listen":

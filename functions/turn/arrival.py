@@ -5,11 +5,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
-Item = BaseModel | bytes
+
+@dataclass(frozen=True, slots=True)
+class AudioOut:
+    """A piece of the turn's audio for the client (16-bit PCM; the relay frames it)."""
+
+    pcm: bytes
+
+
+# What the turn's one lane posts: audio, or a control frame (a pydantic model tagged by its
+# ``type``: ``sentence``, ``words``, ``tool_start``...).
+Item = AudioOut | BaseModel
 
 
 async def in_arrival_order(

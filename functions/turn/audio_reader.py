@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from functions.conversation.heard import TurnWord
+from functions.turn.arrival import AudioOut
 from voicewire.client_protocol import Words, WordTiming
 from voicewire.speech_link import AudioChunk, SpeechSession, WordsFrame
 from voicewire.speech_protocol import SAMPLE_RATE, SAMPLE_WIDTH
@@ -41,7 +42,7 @@ class TurnAudio:
 
     async def read(
         self, speech: SpeechSession, request_id: str, idle_timeout: float | None
-    ) -> AsyncIterator[Words | bytes]:
+    ) -> AsyncIterator[Words | AudioOut]:
         """One speech request's audio, each ``words`` frame before the audio it times, its
         times moved from the request's audio to the turn's (the audio of every request before
         it); its words kept for the history of a cut turn.
@@ -67,7 +68,7 @@ class TurnAudio:
                     yield Words(turn_id=self.turn_id, words=words)
             elif isinstance(event, AudioChunk):
                 self.queued_samples += len(event.pcm) // SAMPLE_WIDTH
-                yield event.pcm
+                yield AudioOut(event.pcm)
         if not timed:
             written = spoken.text.split()
             step = (self.queued_samples - at) / max(1, len(written))

@@ -54,7 +54,7 @@ from functions.agent.events import (
 from functions.conversation import turn_frames
 from functions.conversation.heard import TurnWord, estimated_heard_ms
 from functions.failure_frames import SpeechLimitReached, failure_frame
-from functions.turn.arrival import Item, in_arrival_order
+from functions.turn.arrival import AudioOut, Item, in_arrival_order
 from functions.turn.audio_reader import SpokenRequest, TurnAudio, samples_ms
 from functions.turn.chunking import VOICEWIRE_CHUNKING, Chunking, WholeAnswer, cut_early
 from functions.turn.clock import TurnClock
@@ -313,23 +313,27 @@ class TurnRunner:
         if self.cancelled.is_set():
             raise _Stop
         await self._announced()
-        if isinstance(event, bytes):
-            allowed = self._audio_allowance()
-            if allowed is not None and len(event) > allowed:
-                if allowed:
-                    await self.relay.audio(event[:allowed])
-                raise SpeechLimitReached(self.max_speech_seconds)
-            await self.relay.audio(event)
-            now = time.monotonic()
-            played = len(event) / SAMPLE_WIDTH / SAMPLE_RATE
-            self._heard_until = max(now, self._heard_until) + played
-            # When the first *frame* left: a chunk of more than 32 KB is several posts, and the
-            # client starts playing at the first.
-            first = self.relay.first_audio_posted_at
-            since = time.monotonic() - first if first is not None else 0.0
-            self._clock.mark("audio", time.time() - since)
-        else:
-            await self.relay.control(event)
+        match event:
+            case AudioOut(pcm=pcm):
+                await self._post_audio(pcm)
+            case _:
+                await self.relay.control(event)
+
+    async def _post_audio(self, pcm: bytes) -> None:
+        allowed = self._audio_allowance()
+        if allowed is not None and len(pcm) > allowed:
+            if allowed:
+                await self.relay.audio(pcm[:allowed])
+            raise SpeechLimitReached(self.max_speech_seconds)
+        await self.relay.audio(pcm)
+        now = time.monotonic()
+        played = len(pcm) / SAMPLE_WIDTH / SAMPLE_RATE
+        self._heard_until = max(now, self._heard_until) + played
+        # When the first *frame* left: a chunk of more than 32 KB is several posts, and the
+        # client starts playing at the first.
+        first = self.relay.first_audio_posted_at
+        since = time.monotonic() - first if first is not None else 0.0
+        self._clock.mark("audio", time.time() - since)
 
     def _audio_allowance(self) -> int | None:
         """Bytes of audio the turn may still send (whole samples), or None without a limit."""
@@ -502,7 +506,7 @@ class TurnRunner:
             starts_answer=starts_answer,
         )
 
-    async def _request_audio(self, request_id: str) -> AsyncIterator[Words | bytes]:
+    async def _request_audio(self, request_id: str) -> AsyncIterator[Words | AudioOut]:
         speech = await self._speech()
         async for item in self._audio.read(speech, request_id, idle_timeout=self.speech_timeout):
             yield item

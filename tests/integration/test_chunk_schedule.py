@@ -164,7 +164,7 @@ def speak_next_sentence(
             SENTENCE, "af_heart", 1.0, fast_start=fast_start, clock=clock
         )
         async for frame in frames:
-            audio += frame
+            audio += frame.pcm
         return audio
 
     try:
@@ -206,7 +206,7 @@ def speak_request(engine: PacedEngine, text: str) -> bytes:
 
     async def speak() -> bytes:
         frames = synthesizer.pcm_frames(text, "af_heart", 1.0, fast_start=True, clock=None)
-        return b"".join([frame async for frame in frames])
+        return b"".join([frame.pcm async for frame in frames])
 
     try:
         return asyncio.run(speak())

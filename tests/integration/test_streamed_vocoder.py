@@ -287,7 +287,7 @@ def test_a_requests_first_frame_leaves_before_its_first_chunk_is_decoded(planned
         ):
             if not audio:
                 recording._note("first frame")
-            audio += frame
+            audio += frame.pcm
         return audio
 
     try:

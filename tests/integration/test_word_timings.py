@@ -22,7 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.sync.client import connect
 
-from speech_server.synthesis import FRAME_SECONDS, StreamedTrim, Synthesizer
+from speech_server.synthesis import (
+    FRAME_SECONDS,
+    AudioPiece,
+    StreamedTrim,
+    Synthesizer,
+    WordsAhead,
+)
 from speech_server.word_timings import (
     SAMPLES_PER_DURATION,
     PhonemeRun,
@@ -124,12 +130,13 @@ def _timed(onnx_engine, text: str, *, speed: float = 1.0, fast_start: bool = Tru
             text, onnx_engine.default_voice, speed, fast_start=fast_start, word_timings=True
         )
         async for item in frames:
-            if isinstance(item, list):
-                # Sent no later than their audio: no word lies wholly in audio already sent.
-                assert all(word.end >= len(audio) // 2 for word in item)
-                words += item
-            else:
-                audio += item
+            match item:
+                case WordsAhead(words=ahead):
+                    # Sent no later than their audio: no word lies wholly in audio already sent.
+                    assert all(word.end >= len(audio) // 2 for word in ahead)
+                    words += ahead
+                case AudioPiece(pcm=pcm):
+                    audio += pcm
         return np.frombuffer(bytes(audio), "<i2").astype(np.float32) / 32767, words
 
     try:

@@ -9,7 +9,7 @@ from speech_standin import ToneEngine
 
 from speech_server.chunk_schedule import PlaybackClock
 from speech_server.engine_share import EngineBusy, EngineShare, max_engine_load_from_env
-from speech_server.synthesis import Synthesizer
+from speech_server.synthesis import AudioPiece, Synthesizer
 
 
 class Clock:
@@ -115,9 +115,9 @@ def test_an_answer_its_caller_admitted_is_not_weighed_again():
 
     async def frames(**options: bool) -> list[bytes]:
         return [
-            frame
+            frame.pcm
             async for frame in synthesizer.pcm_frames("Hello there.", "af_heart", 1.0, **options)
-            if isinstance(frame, bytes)
+            if isinstance(frame, AudioPiece)
         ]
 
     try:

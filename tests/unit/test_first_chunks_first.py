@@ -13,7 +13,7 @@ import pytest
 from speech_standin import ToneEngine
 
 from speech_server.chunk_schedule import PlaybackClock
-from speech_server.synthesis import Synthesizer
+from speech_server.synthesis import AudioPiece, Synthesizer, WordsAhead
 
 STEP_SECONDS = 0.04  # each chunk's "compute"; its tone plays 10 ms per character (~0.5 s)
 
@@ -47,8 +47,8 @@ async def listen(synthesizer: Synthesizer, name: str, heard: dict[str, int]) -> 
     """A session's answer, its frames taken as they come (the listener's clock fills)."""
     clock = PlaybackClock()
     async for frame in synthesizer.pcm_frames(answer(name), "af_heart", 1.0, clock=clock):
-        if isinstance(frame, bytes):
-            heard[name] = heard.get(name, 0) + len(frame)
+        if isinstance(frame, AudioPiece):
+            heard[name] = heard.get(name, 0) + len(frame.pcm)
 
 
 @pytest.mark.parametrize("asked_after", [11, 12, 13, 14])
@@ -128,7 +128,7 @@ def test_a_new_answers_first_audio_travels_with_its_words_not_behind_another_ste
         async for item in synthesizer.pcm_frames(
             "Zulu asks something new.", "af_heart", 1.0, clock=PlaybackClock(), word_timings=True
         ):
-            if isinstance(item, list):
+            if isinstance(item, WordsAhead):
                 words_at = time.perf_counter()
             else:
                 audio_at = time.perf_counter()
@@ -156,7 +156,7 @@ def test_the_next_chunk_is_made_while_the_one_before_is_sent():
     async def scenario() -> tuple[float, float]:
         first_frame_sent = 0.0
         async for item in synthesizer.pcm_frames(answer("alpha"), "af_heart", 1.0):
-            if isinstance(item, bytes) and not first_frame_sent:
+            if isinstance(item, AudioPiece) and not first_frame_sent:
                 await asyncio.sleep(0.5)  # the first frame takes a while to send
                 first_frame_sent = time.perf_counter()
         return first_frame_sent, engine.calls[1][0]

@@ -46,7 +46,7 @@ def speak(text: str, fast_start: bool = True) -> tuple[np.ndarray, list[str]]:
     async def collect() -> bytes:
         return b"".join(
             [
-                frame
+                frame.pcm
                 async for frame in synthesizer.pcm_frames(
                     text, "af_heart", 1.0, fast_start=fast_start
                 )

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from functions.conversation.heard import TurnWord
+from functions.turn.arrival import AudioOut
 from functions.turn.audio_reader import SpokenRequest, TurnAudio
 from functions.turn.fillers import ToolFillers, ToolRound
 from voicewire.client_protocol import Words
@@ -127,7 +128,7 @@ async def test_untimed_audio_spreads_its_words_for_the_history_only():
     audio = TurnAudio("t1", word_timings=False)
     audio.requested("r1", SpokenRequest("One moment.", round=0, filler=True))
     items = [item async for item in audio.read(speech, "r1", idle_timeout=None)]
-    assert items == [pcm(4800)]  # no words frame for the client
+    assert items == [AudioOut(pcm(4800))]  # no words frame for the client
     assert audio.words == [TurnWord("One", 100.0, 0, True), TurnWord("moment.", 200.0, 0, True)]
 
 

@@ -88,7 +88,7 @@ async def speak_all(texts: list[str]) -> list[list[bytes]]:
         answers = []
         voice = synthesizer.engine.default_voice
         for number, text in enumerate(texts, 1):
-            frames = [frame async for frame in synthesizer.pcm_frames(text, voice, 1.0)]
+            frames = [frame.pcm async for frame in synthesizer.pcm_frames(text, voice, 1.0)]
             answers.append(frames)
             print(f"  [{number}/{len(texts)}] {len(text)} characters", flush=True)
         return answers

@@ -102,16 +102,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 async def _speak(
     synthesizer: Any, text: str, voice: str, *, timed: bool
 ) -> tuple[np.ndarray, list[Any], float | None]:
+    from speech_server.synthesis import WordsAhead
+
     audio, words = bytearray(), []
     started, first = time.perf_counter(), None
     frames = synthesizer.pcm_frames(text, voice, 1.0, fast_start=True, word_timings=timed)
     async for item in frames:
-        if isinstance(item, list):
-            words += item
+        if isinstance(item, WordsAhead):
+            words += item.words
             continue
         if first is None:
             first = (time.perf_counter() - started) * 1000
-        audio += item
+        audio += item.pcm
     pcm = np.frombuffer(bytes(audio), "<i2").astype(np.float32) / 32767
     return pcm, words, first
 
