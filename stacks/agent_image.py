@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -31,8 +30,8 @@ from stacks.lambda_bundle import (
     ROOT,
     BundleError,
     reachable_modules,
-    uv_command,
 )
+from stacks.uv_lock import LockExportError, exported_requirements
 
 AGENT_ENTRY = "functions.agentcore.__main__"  # the image's CMD: python -m functions.agentcore
 DOCKERFILE = ROOT / "functions" / "agentcore" / "Dockerfile"
@@ -97,24 +96,10 @@ def image_requirements(third_party: Iterable[str], versions: Mapping[str, str]) 
 
 def exported_constraints(root: Path = ROOT) -> str:
     """Every locked distribution of the project's runtime dependencies, as pip constraints."""
-    exported = subprocess.run(
-        [
-            *uv_command(),
-            "export",
-            "--frozen",
-            "--no-hashes",
-            "--no-dev",
-            "--no-emit-project",
-            "--format",
-            "requirements-txt",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-    )
-    if exported.returncode != 0:
-        raise BundleError(f"uv export failed: {exported.stderr.strip()}")
-    return exported.stdout
+    try:
+        return exported_requirements(root)
+    except LockExportError as error:
+        raise BundleError(str(error)) from error
 
 
 def _copy(source: Path, root: Path, output: Path) -> None:

@@ -16,7 +16,6 @@ ran. CDK calls ``LocalPythonBundling.try_bundle``; returning False would fall ba
 from __future__ import annotations
 
 import ast
-import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from stacks.uv_lock import LockExportError, exported_requirements, uv_command
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST_PARTY = ("functions", "voicewire")
@@ -156,16 +157,6 @@ def requirements_for(third_party: set[str]) -> list[str]:
     return sorted({DISTRIBUTIONS[name] for name in third_party if name in DISTRIBUTIONS})
 
 
-def uv_command() -> list[str]:
-    """How to run uv: the one running us (``uv run`` sets ``UV``), one on PATH, or the module of
-    the Python that installed it (``python3 -m pip install uv``, as README says)."""
-    found = os.environ.get("UV") or shutil.which("uv")
-    if found:
-        return [found]
-    python = shutil.which("python3") or sys.executable
-    return [python, "-m", "uv"]
-
-
 def build_bundle(
     output: Path,
     platform: str = LAMBDA_PLATFORM,
@@ -178,25 +169,10 @@ def build_bundle(
     output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="voicewire-bundle-") as scratch:
         constraints = Path(scratch) / "constraints.txt"
-        exported = subprocess.run(
-            [
-                *uv_command(),
-                "export",
-                "--frozen",
-                "--no-hashes",
-                "--no-dev",
-                "--no-emit-project",
-                "--format",
-                "requirements-txt",
-                "--output-file",
-                str(constraints),
-            ],
-            cwd=root,
-            capture_output=True,
-            text=True,
-        )
-        if exported.returncode != 0:
-            raise BundleError(f"uv export failed: {exported.stderr.strip()}")
+        try:
+            constraints.write_text(exported_requirements(root))
+        except LockExportError as error:
+            raise BundleError(str(error)) from error
         installed = subprocess.run(
             [
                 *uv_command(),

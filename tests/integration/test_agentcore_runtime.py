@@ -312,7 +312,7 @@ def test_only_ttfa_runs_on_the_agentcore_front_door():
 async def test_the_page_talks_to_the_agentcore_app_as_to_the_gateway(runtime):
     """The page, served beside the AgentCore app, connects to its /ws by itself, speaks an
     answer, and Stop cuts the next one (its history marked interrupted)."""
-    from test_browser_page import chromium_page, until, wait_open, wait_turn, watch_loads
+    from chromium_pages import chromium_page, until, wait_open, wait_turn, watch_loads
 
     errors: list[str] = []
     async with chromium_page(errors) as page:

@@ -29,7 +29,7 @@ from stacks.agent_image import (
     locked_versions,
     stage_agent_image,
 )
-from stacks.lambda_bundle import uv_command
+from stacks.uv_lock import uv_command
 
 ROOT = Path(__file__).resolve().parents[2]
 KNOWLEDGE_BASE = "KB12345678"

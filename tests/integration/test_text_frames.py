@@ -245,7 +245,7 @@ def test_agent_infra_check_says_binary_posts_arrive_as_binary(stack, tmp_path):
 
 @needs("chromium")
 async def test_the_page_falls_back_to_base64_and_the_turn_is_heard(text_stack):
-    from test_browser_page import STATS, chromium_page, connect, until, wait_open, wait_turn
+    from chromium_pages import STATS, chromium_page, connect, until, wait_open, wait_turn
 
     errors: list[str] = []
     console: list[str] = []

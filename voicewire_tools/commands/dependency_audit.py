@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stacks.lambda_bundle import uv_command
+from stacks.uv_lock import exported_requirements
 
 ROOT = Path(__file__).resolve().parents[2]
 EXCEPTIONS_FILE = ROOT / "audit-exceptions.toml"
@@ -150,25 +150,7 @@ def verdict(
 def locked_requirements(directory: Path) -> Path:
     """Every locked package with its hashes, as a requirements file."""
     path = directory / "requirements.txt"
-    exported = subprocess.run(
-        [
-            *uv_command(),
-            "export",
-            "--frozen",
-            "--format",
-            "requirements-txt",
-            "--all-groups",
-            "--all-extras",
-            "--no-emit-project",
-            "--output-file",
-            str(path),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    if exported.returncode != 0:
-        raise RuntimeError(f"uv export failed: {exported.stderr.strip()}")
+    path.write_text(exported_requirements(ROOT, hashes=True, everything=True))
     return path
 
 

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from stacks.lambda_bundle import uv_command
+from stacks.uv_lock import uv_command
 from voicewire_tools.local_stack.local_llm_weights import SMOLLM2_135M
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from stacks.lambda_bundle import uv_command
+from stacks.uv_lock import uv_command
 from voicewire_tools.local_stack.recognizer_weights import (
     WHISPER_TINY_EN,
     packaged_weights_installed,

@@ -13,7 +13,6 @@ llama.cpp runs), which is loaded as it is.
 
 from __future__ import annotations
 
-import importlib.metadata
 import logging
 import shutil
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voicewire.cache_dir import cache_dir, sha256_of, written_atomically
+from voicewire_tools.local_stack.packaged_file import installed_file
 
 logger = logging.getLogger(__name__)
 
@@ -91,26 +91,14 @@ def packaged_weights_path(
 
 
 def _installed_file(weights: PackagedWeights) -> Path:
-    """The GGUF inside the installed distribution, found through its metadata (importing the
-    package would import the ``llm`` CLI it plugs into, which is not installed)."""
-    try:
-        distribution = importlib.metadata.distribution(weights.distribution)
-    except importlib.metadata.PackageNotFoundError:
-        raise LocalWeightsError(
-            f"the local LLM's weights ({weights.distribution}) are not installed: {INSTALL_HINT}"
-        ) from None
-    if distribution.version != weights.version:
-        raise LocalWeightsError(
-            f"{weights.distribution} {distribution.version} is installed, voicewire pins "
-            f"{weights.version}: {INSTALL_HINT}"
-        )
-    path = Path(str(distribution.locate_file(weights.path_in_distribution)))
-    if not path.is_file():
-        raise LocalWeightsError(
-            f"{weights.distribution} is installed without {weights.path_in_distribution}: "
-            f"reinstall it with --reinstall-package {weights.distribution}"
-        )
-    return path
+    return installed_file(
+        weights.distribution,
+        weights.path_in_distribution,
+        weights.version,
+        what=f"the local LLM's weights ({weights.distribution})",
+        install_hint=INSTALL_HINT,
+        error=LocalWeightsError,
+    )
 
 
 def local_model_id(weights: str | Path | None) -> str:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from voicewire.cache_dir import cache_dir, sha256_of, written_atomically
+from voicewire_tools.local_stack.packaged_file import installed_file
 
 logger = logging.getLogger(__name__)
 
@@ -272,26 +273,13 @@ def _matches(path: Path, file: ModelFile) -> bool:
 
 
 def _installed_file(part: PackagedPart, weights: WhisperWeights | None) -> Path:
-    """A part inside its installed distribution, found through the distribution's metadata
-    (nothing is imported: these packages carry data only)."""
-    install = weights.install if weights is not None else INSTALL_HINT
-    what = f"the recognizer's weights ({weights.name})" if weights else "Silero VAD"
-    try:
-        distribution = importlib.metadata.distribution(part.distribution)
-    except importlib.metadata.PackageNotFoundError:
-        raise RecognizerWeightsError(
-            f"{what}: {part.distribution} is not installed: {install}"
-        ) from None
-    # The VAD graph is checked by its hash alone: a later faster-whisper 1.2.x may carry it too.
-    if weights is not None and distribution.version != part.version:
-        raise RecognizerWeightsError(
-            f"{what}: {part.distribution} {distribution.version} is installed, voicewire pins "
-            f"{part.version}: {install}"
-        )
-    path = Path(str(distribution.locate_file(part.path_in_distribution)))
-    if not path.is_file():
-        raise RecognizerWeightsError(
-            f"{part.distribution} is installed without {part.path_in_distribution}: reinstall "
-            f"it with --reinstall-package {part.distribution}"
-        )
-    return path
+    """A part inside its installed distribution. The VAD graph is checked by its hash alone
+    (any version): a later faster-whisper 1.2.x may carry it too."""
+    return installed_file(
+        part.distribution,
+        part.path_in_distribution,
+        part.version if weights is not None else None,
+        what=f"the recognizer's weights ({weights.name})" if weights else "Silero VAD",
+        install_hint=weights.install if weights is not None else INSTALL_HINT,
+        error=RecognizerWeightsError,
+    )

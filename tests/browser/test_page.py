@@ -20,7 +20,18 @@ from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from chromium_pages import chromium_page
+from chromium_pages import (
+    RECORD_STATES,
+    STATE,
+    STATS,
+    TURN,
+    chromium_page,
+    connect,
+    until,
+    wait_open,
+    wait_turn,
+    watch_loads,
+)
 from loopback_http import LoopbackServer
 from required_tools import needs
 
@@ -28,73 +39,6 @@ pytestmark = needs("chromium")
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "images" / "browser.png"
 SHORT_ANSWER = "Hello! I'm voicewire, the voice of your agent. Ask me anything."
-TURN = 120_000  # ms: a turn's wait, generous for a loaded 2-core machine
-
-STATE = "document.getElementById('status').dataset.state"
-STATS = "() => ({...window.voicewireStats})"
-
-
-def watch_loads(page) -> list[str]:
-    """What went wrong loading, as a browser's console would show it: console errors, requests
-    that failed, answers of 400 and over (a 404 for config.json was one on every load)."""
-    problems: list[str] = []
-    page.on(
-        "console",
-        lambda message: (
-            problems.append(f"console: {message.text}") if message.type == "error" else None
-        ),
-    )
-    page.on("requestfailed", lambda request: problems.append(f"failed: {request.url}"))
-    page.on(
-        "response",
-        lambda response: (
-            problems.append(f"{response.status}: {response.url}")
-            if response.status >= 400
-            else None
-        ),
-    )
-    return problems
-
-
-# Every state the status line takes, in order, from the page's first moment: an init script
-# runs outside the page's Content-Security-Policy.
-RECORD_STATES = """
-    window.statesSeen = [];
-    new MutationObserver(() => {
-        const status = document.getElementById('status');
-        if (status && status.dataset.state !== window.statesSeen.at(-1)) {
-            window.statesSeen.push(status.dataset.state);
-        }
-    }).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-state']});
-"""
-
-
-async def until(page, expression: str, within_ms: float = 30_000) -> None:
-    """Until a JavaScript expression is true. As a function, not a string to evaluate: the
-    page's Content-Security-Policy forbids eval, and Playwright would eval a bare string."""
-    await page.wait_for_function(f"() => ({expression})", timeout=within_ms)
-
-
-async def connect(page, url: str | None = None, token: str | None = None) -> None:
-    if url is not None:
-        await page.fill("#url", url)
-    if token is not None:
-        await page.fill("#token", token)
-    await page.click("#connect")
-
-
-async def wait_open(page) -> None:
-    await until(page, f"{STATE} === 'open'")
-
-
-async def wait_turn(page, row: int, status: str = "complete") -> None:
-    """Until history row `row` (1-based) has its turn_end with this status."""
-    await until(
-        page,
-        f"document.querySelector('#history tbody tr:nth-child({row})')?.dataset.status"
-        f" === '{status}'",
-        within_ms=TURN,
-    )
 
 
 async def test_the_page_connects_by_itself_asks_in_bidi_and_batch_and_shows_the_time(stack):
