@@ -35,6 +35,7 @@ from functions.adapters.table_items import (
     optional_str,
 )
 from functions.conversation.state import ConversationClosed, DuplicateTurn, StartedTurn
+from functions.conversation.turn_transitions import TurnChange, from_condition
 from voicewire.client_protocol import ENDED_STATUSES, EndedStatus, Timings, TurnStatus
 
 # What a worker counts of a turn it ran (``functions.worker.run``'s relay counts), each kept in
@@ -169,15 +170,16 @@ class TurnLedger:
             "ALL_OLD",
         )
         if old is None:
-            self._set_status(connection_id, turn_id, "failed", expect=("starting",))
+            self._set_status(connection_id, turn_id, "failed", TurnChange.FAIL)
             raise ConversationClosed(connection_id)
         number = int(old.get("turn_counter", 0)) + 1
+        may_run, from_values = from_condition(TurnChange.RUN)
         running = self.table.update(
             connection_id,
             key,
             "SET turn = :turn, #status = :running",
-            {":turn": number, ":running": "running", ":starting": "starting"},
-            "#status = :starting",
+            {":turn": number, ":running": "running", **from_values},
+            may_run,
             {"#status": "status"},
         )
         if running is None:  # cancelled between the writes: it stays cancelled, with its number
@@ -213,20 +215,14 @@ class TurnLedger:
         ``heard_ms``: how much of its audio the client played, written with the cancel for the
         turn's worker, which keeps only that much in the history."""
         if heard_ms is None:
-            return self._set_status(
-                connection_id, turn_id, "cancelled", expect=("starting", "running")
-            )
+            return self._set_status(connection_id, turn_id, "cancelled", TurnChange.CANCEL)
+        may_cancel, from_values = from_condition(TurnChange.CANCEL)
         cancelled = self.table.update(
             connection_id,
             TURN_SORT_KEY_PREFIX + turn_id,
             "SET #status = :status, heard_ms = :heard",
-            {
-                ":status": "cancelled",
-                ":heard": heard_ms,
-                ":starting": "starting",
-                ":running": "running",
-            },
-            "#status IN (:starting, :running)",
+            {":status": "cancelled", ":heard": heard_ms, **from_values},
+            may_cancel,
             {"#status": "status"},
         )
         return cancelled is not None
@@ -300,9 +296,10 @@ class TurnLedger:
         unknown = set(counts) - set(TURN_COUNTS)
         if unknown:  # each name becomes an attribute, and a TurnRecord field
             raise ValueError(f"not a turn count: {sorted(unknown)}")
+        may_finish, from_values = from_condition(TurnChange.FINISH)
         values: dict[str, Any] = {
             ":status": status,
-            ":running": "running",
+            **from_values,
             ":timings": timings.model_dump(),
             ":ended_at": time.time(),
             **{f":{key}": value for key, value in counts.items()},
@@ -313,7 +310,7 @@ class TurnLedger:
             if value:
                 values[f":{name}"] = value
                 sets.append(f"{name} = :{name}")
-        condition = "#status = :running"
+        condition = may_finish
         if claimant is not None:
             values[":me"] = claimant
             condition += " AND claimed_by = :me"
@@ -329,7 +326,9 @@ class TurnLedger:
         )
         final: EndedStatus = status
         if ended is None:
-            del values[":status"], values[":running"]
+            del values[":status"]
+            for name in from_values:
+                del values[name]
             mine = "claimed_by = :me" if claimant is not None else None
             after = self.table.update(
                 connection_id, key, "SET " + ", ".join(sets), values, mine, None, "ALL_NEW"
@@ -342,18 +341,13 @@ class TurnLedger:
     def fail(self, connection_id: str, turn_id: str, error_code: str) -> bool:
         """End a turn that never reached a worker (or whose worker died) as ``failed``; False if
         it had already ended. Clears it as the connection's active turn."""
+        may_fail, from_values = from_condition(TurnChange.FAIL)
         failed = self.table.update(
             connection_id,
             TURN_SORT_KEY_PREFIX + turn_id,
             "SET #status = :failed, error_code = :code, ended_at = :now",
-            {
-                ":failed": "failed",
-                ":code": error_code,
-                ":now": time.time(),
-                ":starting": "starting",
-                ":running": "running",
-            },
-            "#status IN (:starting, :running)",
+            {":failed": "failed", ":code": error_code, ":now": time.time(), **from_values},
+            may_fail,
             {"#status": "status"},
         )
         self._clear_active(connection_id, turn_id)
@@ -369,16 +363,16 @@ class TurnLedger:
         )
 
     def _set_status(
-        self, connection_id: str, turn_id: str, status: str, expect: tuple[str, ...]
+        self, connection_id: str, turn_id: str, status: str, change: TurnChange
     ) -> bool:
-        allowed = {f":expect{index}": value for index, value in enumerate(expect)}
+        allowed, from_values = from_condition(change)
         return (
             self.table.update(
                 connection_id,
                 TURN_SORT_KEY_PREFIX + turn_id,
                 "SET #status = :status",
-                {":status": status, **allowed},
-                f"#status IN ({', '.join(allowed)})",
+                {":status": status, **from_values},
+                allowed,
                 {"#status": "status"},
             )
             is not None

@@ -178,6 +178,9 @@ class SessionDoor:
     def max_turns_per_minute(self) -> int:
         return self.conversation.adapters.settings.max_turns_per_minute
 
+    async def offload[T](self, call: Callable[..., T], *args: Any) -> T:
+        return call(*args)  # inline: the memory belongs to this loop, each call is atomic
+
     async def tell(self, frame: BaseModel) -> None:
         await self.tell_client(frame)
 

@@ -19,7 +19,8 @@ from typing import Any, Protocol, cast
 
 from functions.conversation.history import SpokenExchange, bounded_history
 from functions.conversation.rate_window import RateWindow, admitted
-from voicewire.client_protocol import ENDED_STATUSES, EndedStatus, TurnStatus
+from functions.conversation.turn_transitions import TurnChange, may
+from voicewire.client_protocol import EndedStatus, TurnStatus
 
 # A history change: the history and its last spoken exchange in, the new ones out (None: no
 # change). Applied by the state with its own concurrency control, so it may run more than once.
@@ -159,7 +160,7 @@ class MemoryConversation:
 
     def cancel_turn(self, turn_id: str, heard_ms: float | None) -> bool:
         turn = self._turns.get(turn_id)
-        if turn is None or turn.status in ENDED_STATUSES:
+        if turn is None or not may(TurnChange.CANCEL, turn.status):
             return False
         turn.status, turn.heard_ms = "cancelled", heard_ms
         return True
@@ -170,15 +171,17 @@ class MemoryConversation:
 
     def fail_turn(self, turn_id: str, error_code: str) -> bool:
         turn = self._turns.get(turn_id)
-        if turn is None or turn.status in ENDED_STATUSES:
+        if turn is None or not may(TurnChange.FAIL, turn.status):
             return False
-        self.end_turn(turn_id, "failed")
+        turn.status = "failed"
+        if self.active_turn_id == turn_id:
+            self.active_turn_id = None
         return True
 
     def end_turn(self, turn_id: str, status: EndedStatus) -> EndedStatus:
         """Record how a turn ended; one cancelled meanwhile stays cancelled (returned)."""
         turn = self._turns[turn_id]
-        if turn.status in ENDED_STATUSES:
+        if not may(TurnChange.FINISH, turn.status):  # ended meanwhile: that end stands
             status = cast(EndedStatus, turn.status)
         turn.status = status
         if self.active_turn_id == turn_id:

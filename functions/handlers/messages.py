@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -77,6 +78,9 @@ class ConnectionDoor:
     def max_turns_per_minute(self) -> int:
         return self.adapters.settings.max_turns_per_minute
 
+    async def offload[T](self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.to_thread(call, *args)
+
     async def tell(self, frame: BaseModel) -> None:
         """Post through the worker's sink (its retries of throttling and 5xx within a second);
         best effort: a client that left cannot be told, a frame that fails for good is logged."""
@@ -106,7 +110,8 @@ class ConnectionDoor:
             replaces=turn.replaced,
         )
         try:
-            self.adapters.lambda_client.invoke(
+            await asyncio.to_thread(
+                self.adapters.lambda_client.invoke,
                 FunctionName=self.adapters.settings.worker_function,
                 InvocationType="Event",
                 Payload=job.model_dump_json().encode(),

@@ -15,8 +15,9 @@ told to stop, and whether this door signs ``listen`` URLs.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -78,6 +79,11 @@ class FrontDoor(Protocol):
     voices: frozenset[str] | None  # the voices this deployment speaks (None: the official ones)
     max_turns_per_minute: int
 
+    async def offload[T](self, call: Callable[..., T], *args: Any) -> T:
+        """Run a state call: in a thread for DynamoDB (boto3 blocks), inline for memory (one
+        loop owns it, and each call is atomic on it)."""
+        ...
+
     async def tell(self, frame: BaseModel) -> None:
         """Send a control frame to the client (best effort: a client that left is not told)."""
         ...
@@ -111,7 +117,7 @@ async def answer(door: FrontDoor, body: str, accepted_at: float | None = None) -
         case VoicesAction():
             await door.tell(VoiceList.of(door.voices or frozenset(OFFICIAL_VOICES)))
         case HistoryAction():
-            view = door.state.read()
+            view = await door.offload(door.state.read)
             await door.tell(HistoryFrame(messages=remembered(view.history if view else [])))
         case ListenAction():
             await door.listen(action)
@@ -123,8 +129,8 @@ async def start(door: FrontDoor, action: TurnAction, accepted_at: float) -> Admi
     turn_id, mode = refusals.turn_id_of(action), refusals.mode_of(action)
     limit = door.max_turns_per_minute
     try:
-        admission = rules.start_turn(
-            door.state, turn_id, mode, action.heard_ms, limit=limit, now=accepted_at
+        admission = await door.offload(
+            rules.start_turn, door.state, turn_id, mode, action.heard_ms, limit, accepted_at
         )
     except DuplicateTurn:
         await door.tell(refusals.duplicate_turn(turn_id, door.scope))
@@ -139,7 +145,7 @@ async def start(door: FrontDoor, action: TurnAction, accepted_at: float) -> Admi
         await door.tell(failure_frame(failure, action.turn_id))
         return None
     if admission.verdict == rules.Admission.OVER_LIMIT:
-        view = door.state.read()
+        view = await door.offload(door.state.read)
         if view is None or not view.open:
             logger.info("turn refused: conversation not open", turn_id=turn_id)
         else:
@@ -168,7 +174,7 @@ async def start(door: FrontDoor, action: TurnAction, accepted_at: float) -> Admi
         # conversation stays usable.
         logger.exception("the turn could not be launched", turn_id=turn_id)
         error = failure_frame(failure, turn_id)
-        door.state.fail_turn(turn_id, error.code)
+        await door.offload(door.state.fail_turn, turn_id, error.code)
         await _tell_all(door, turn_frames.unspoken(named, "failed", error=error))
         return None
     logger.info("turn accepted", turn_id=turn_id, turn=turn.turn, mode=mode)
@@ -176,7 +182,7 @@ async def start(door: FrontDoor, action: TurnAction, accepted_at: float) -> Admi
 
 
 async def cancel(door: FrontDoor, action: CancelAction) -> None:
-    outcome = rules.cancel(door.state, action.turn_id, action.heard_ms)
+    outcome = await door.offload(rules.cancel, door.state, action.turn_id, action.heard_ms)
     match outcome.verdict:
         case rules.CancelVerdict.CUT:
             logger.info("history cut to what was heard", heard_ms=action.heard_ms)

@@ -28,6 +28,9 @@ class RecordingDoor:
         self.launched: list[AdmittedTurn] = []
         self.stopped: list[str] = []
 
+    async def offload(self, call, *args):
+        return call(*args)
+
     async def tell(self, frame) -> None:
         self.told.append(json.loads(frame.model_dump_json(exclude_none=True)))
 

@@ -527,7 +527,7 @@ def lambda_concurrency(
 TRANSCRIBE_SERVICE_CODE = "transcribe"
 TRANSCRIBE_DEFAULT_STREAMS = 25  # the developer guide's default, where Service Quotas says none
 # Streams one listening conversation may hold at once: its stream, and the next one the page
-# opens as a turn ends while Transcribe finishes the last (web/app.js, nextSession).
+# opens as a turn ends while Transcribe finishes the last (web/speech_in.js, nextSession).
 STREAMS_PER_CONVERSATION = 2
 
 
