@@ -31,7 +31,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from speech_server.drain import GOING_AWAY, GOING_AWAY_REASON, Drain, Ending
 from speech_server.engine_share import EngineBusy
-from speech_server.synthesis import AudioPiece, SynthesisStats, Synthesizer, WordsAhead
+from speech_server.synthesis import AudioPiece, Synthesizer, WordsAhead
 from voicewire.speech_protocol import (
     MAX_PENDING_REQUESTS,
     CancelMessage,
@@ -247,7 +247,7 @@ class BidiSession:
 
     async def _synthesize(self, pending: PendingRequest) -> None:
         request = pending.request
-        stats = SynthesisStats()
+        stats = self.synthesizer.new_stats()
         await self.websocket.send_text(dump_frame(SynthesisStart(request_id=pending.request_id)))
         status: CompletionStatus = "complete"
         frames = self.synthesizer.pcm_frames(

@@ -94,7 +94,7 @@ async def _encoded_audio(
 ) -> AsyncIterator[bytes | SynthesisStats]:
     """Encoded bytes as they come, then the request's stats as the last item."""
     encoder = encoder_for(audio_format, synthesizer.engine.sample_rate)
-    stats = SynthesisStats()
+    stats = synthesizer.new_stats()
     async for piece in synthesizer.pcm_frames(
         synthesis.text,
         synthesis.voice or synthesizer.engine.default_voice,

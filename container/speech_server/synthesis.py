@@ -62,16 +62,23 @@ EDGE_PAD_SECONDS = 0.015  # keep a little room so onsets and final consonants ar
 
 @dataclass
 class SynthesisStats:
-    """Figures for one request, filled in while its frames are produced."""
+    """Figures for one request, filled in while its frames are produced, on the synthesizer's
+    clock (``Synthesizer.new_stats``: ``perf_counter``, or a test's paced clock), the clock its
+    schedule reads when it asks how long the listener has waited."""
 
-    started: float = field(default_factory=time.perf_counter)
+    now: Callable[[], float] = field(default=time.perf_counter, repr=False)
+    started: float = field(default=-1.0)
     chunks: int = 0
     audio_bytes: int = 0
     first_audio_at: float | None = None
 
+    def __post_init__(self) -> None:
+        if self.started < 0:
+            self.started = self.now()
+
     def count_frame(self, frame: bytes) -> None:
         if self.first_audio_at is None:
-            self.first_audio_at = time.perf_counter()
+            self.first_audio_at = self.now()
         self.audio_bytes += len(frame)
 
     @property
@@ -82,7 +89,7 @@ class SynthesisStats:
 
     @property
     def elapsed_ms(self) -> float:
-        return round((time.perf_counter() - self.started) * 1000, 1)
+        return round((self.now() - self.started) * 1000, 1)
 
     def complete_frame(
         self, request_id: str, sample_rate: int, status: CompletionStatus = "complete"
@@ -184,6 +191,10 @@ class Synthesizer:
             return None
         return self.busy_seconds / self.audio_seconds_made
 
+    def new_stats(self) -> SynthesisStats:
+        """A request's figures, on this synthesizer's clock."""
+        return SynthesisStats(now=self.now)
+
     def take_first_audio_ms(self) -> list[float]:
         """The first-audio figures of the answers since the last call."""
         taken = list(self._first_audio_ms)
@@ -221,7 +232,7 @@ class Synthesizer:
         raised; stops early, without raising, once ``cancelled`` is set.
         """
         cancelled = cancelled or asyncio.Event()
-        stats = stats or SynthesisStats()
+        stats = stats or self.new_stats()
         clock = clock or self.playback_clock()
         if not admitted and begins_answer(fast_start, starts_answer):
             self.admit(clock)

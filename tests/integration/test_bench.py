@@ -499,12 +499,11 @@ async def test_tools_bench_measures_the_preamble_the_filler_and_the_answer(stack
         assert row["first_audio_ms"] > 0 and row["result_to_sentence_ms"] > 0
     assert by[("no preamble, no filler", "bidi")]["result_to_audio_ms"] > 0
     assert by[("preamble", "bidi")]["result_to_audio_ms"] is None  # the preamble's may follow
-    # Nothing said before a 2 s tool: the filler (at 1.2 s) is the first audio, well before
-    # the answer that follows the result.
-    quiet = by[("no preamble, no filler", "bidi")]["first_audio_ms"]
-    assert by[("no preamble, filler", "bidi")]["first_audio_ms"] < quiet - 400
-    # The preamble is heard before the tool has answered.
-    assert by[("preamble", "bidi")]["first_audio_ms"] < quiet
+    # Nothing said before a 2 s tool, unless a filler (due at 1.2 s) or a preamble is: told by
+    # the order of the frames, not by how fast this machine speaks them (bench figures).
+    said = {case: by[(case, "bidi")]["sentences_before_result"] for case, _ in by}
+    assert said["no preamble, no filler"] == 0
+    assert said["no preamble, filler"] >= 1 and said["preamble"] >= 1
     assert stack.adapters.settings.tool_latency_ms == 0  # the stack is given back as it was
 
 

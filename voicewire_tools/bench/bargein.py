@@ -19,8 +19,9 @@ module on its way to the page; the page's other defaults as they are):
   am_michael, a voice the agent never uses). Measured on the page's clock, from the first
   microphone chunk the worklet marked as the person's voice (their first sound as the page
   hears it) to the moment the player stopped the agent's audio
-  (``window.voicewireListening.stats.bargeIn``, speech_in.js: in "speech" mode the hold's start, when
-  the agent paused on voice alone before the recogniser's first word confirmed the cut); p50
+  (``window.voicewireListening.stats.bargeIn``, speech_in.js: in "speech" mode the hold's
+  start, when the agent paused on voice alone before the recogniser's first word confirmed the
+  cut); p50
   and p95 over ``--trials``.
   Target (issue 42, 2 cores): p50 <= 300 ms.
 - **over the agent's echo** (``--over-echo`` times): the same interruption 1 s into a file of

@@ -78,6 +78,9 @@ def measure(result: TurnResult) -> dict[str, float | None]:
     gaps = playback_gaps(result)
     return {
         "first_audio_ms": first,
+        # What the turn decided to say while the tool ran (a preamble, a filler), by order of
+        # frames rather than by time: the sentences posted before the tool's result.
+        "sentences_before_result": sum(e.kind == "sentence" for e in before),
         "longest_silence_ms": max(gaps, default=0.0),
         "result_to_sentence_ms": sentence - ended if sentence and ended is not None else None,
         "result_to_audio_ms": (
