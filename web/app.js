@@ -12,6 +12,7 @@ import { TurnText, followWords, highlight, renderText, renderUserLine } from "./
 import { WordFollower } from "./word_follower.js";
 import { Memory } from "./memory.js";
 import { drawTimeline } from "./timeline.js";
+import { stepLevels } from "./listening.js";
 import { speechIn } from "./speech_in.js";
 import { publishPageStats } from "./page_stats.js";
 
