@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from chromium_pages import chromium_page
+from chromium_pages import STATS, TURN, chromium_page, until, wait_open, wait_turn
 from loopback_http import LoopbackServer
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from required_tools import needs, needs_modules
@@ -56,15 +56,12 @@ from voicewire_tools.local_stack.transcribe_streaming import MAX_STREAMS
 
 pytestmark = needs("chromium")
 ROOT = Path(__file__).resolve().parents[2]
-TURN = 120_000  # ms: a turn's wait, generous for a loaded 2-core machine
 RECOGNIZED = 60_000  # ms: the recognizer's words on a slow, loaded 2-core machine
 QUESTION = "What time is it in Paris?"  # what the test double hears, whatever is said
 QUESTION_VOICE = "am_michael"  # never the agent's (af_heart)
 WAV_RATE = 48_000
 KOKORO_RATE = 24_000
 
-STATE = "document.getElementById('status').dataset.state"
-STATS = "() => ({...window.voicewireStats})"
 LISTENING = "() => window.voicewireListening.stats"
 
 # From the page's first moment (an init script runs outside its Content-Security-Policy): each
@@ -159,25 +156,6 @@ class Wire:
 
     def actions(self, name: str) -> list[dict]:
         return [message for message in self.sent if message.get("action") == name]
-
-
-async def until(page, expression: str, within_ms: float = 30_000) -> None:
-    """Until a JavaScript expression is true (a function, not a string to eval: the page's
-    Content-Security-Policy forbids eval)."""
-    await page.wait_for_function(f"() => ({expression})", timeout=within_ms)
-
-
-async def wait_open(page) -> None:
-    await until(page, f"{STATE} === 'open'")
-
-
-async def wait_turn(page, row: int, status: str = "complete") -> None:
-    await until(
-        page,
-        f"document.querySelector('#history tbody tr:nth-child({row})')?.dataset.status"
-        f" === '{status}'",
-        within_ms=TURN,
-    )
 
 
 async def remembered(page) -> list[list]:
