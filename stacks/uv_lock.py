@@ -45,6 +45,11 @@ def exported_requirements(
             "--format",
             "requirements-txt",
             "--no-emit-project",
+            # The text is a file's, never a terminal's: under the CDK CLI ``FORCE_COLOR`` is
+            # set (to 0, which uv reads as set) and uv would color its comment lines, which pip
+            # cannot read (a fresh clone's CI, 2026-12-07).
+            "--color",
+            "never",
             *([] if hashes else ["--no-hashes"]),
             *options,
         ],

@@ -119,6 +119,9 @@ class BidiSession:
         finally:
             for pending in self._pending.values():
                 pending.cancelled.set()
+            # Its listener is gone: what it had queued plays for no one, so the engine share
+            # stops counting this session at once, not when the clock is collected.
+            self.clock.stop()
             for task in (reader, answerer, cut):
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError, WebSocketDisconnect):

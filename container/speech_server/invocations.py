@@ -14,6 +14,7 @@ Bad input is a 4xx JSON body with the same stable codes as the WebSocket route.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any, cast
@@ -95,7 +96,9 @@ async def _encoded_audio(
     """Encoded bytes as they come, then the request's stats as the last item."""
     encoder = encoder_for(audio_format, synthesizer.engine.sample_rate)
     stats = synthesizer.new_stats()
-    async for piece in synthesizer.pcm_frames(
+    # Closed with the response (a client gone mid-body), not when collected: until its end the
+    # engine share counts it as speaking.
+    frames = synthesizer.pcm_frames(
         synthesis.text,
         synthesis.voice or synthesizer.engine.default_voice,
         synthesis.speed,
@@ -103,11 +106,13 @@ async def _encoded_audio(
         stats=stats,
         clock=clock,
         admitted=True,  # weighed in ``invocations``, before the response began
-    ):
-        if not isinstance(piece, AudioPiece):  # word timings: not asked for on this path
-            continue
-        if encoded := encoder.encode(piece.pcm):
-            yield encoded
+    )
+    async with contextlib.aclosing(frames):
+        async for piece in frames:
+            if not isinstance(piece, AudioPiece):  # word timings: not asked for on this path
+                continue
+            if encoded := encoder.encode(piece.pcm):
+                yield encoded
     if tail := encoder.finish():
         yield tail
     yield stats

@@ -75,6 +75,36 @@ async def test_a_third_answer_is_refused_at_once_and_its_session_goes_on(busy_se
         assert served.complete["status"] == "complete" and len(served.audio) > 0
 
 
+async def test_a_session_that_closes_stops_counting_though_its_audio_had_time_to_play(
+    busy_server, monkeypatch
+):
+    """Its listener is gone: the audio it had queued plays for no one, so a new answer on
+    another session is served at once (a fresh clone's suite, 2026-12-07: a closed session's
+    clock counted until the session was collected, and the next test's answer was refused).
+    Here every session is kept, as a reference cycle through a traceback keeps one until the
+    collector runs: what lets the session go is its end, not the collector."""
+    from speech_server import bidi_session
+
+    kept: list[bidi_session.BidiSession] = []
+    run = bidi_session.BidiSession.run
+
+    async def run_and_keep(session: bidi_session.BidiSession) -> None:
+        kept.append(session)
+        await run(session)
+
+    monkeypatch.setattr(bidi_session.BidiSession, "run", run_and_keep)
+    async with connect(busy_server.ws_url) as first:
+        async with connect(busy_server.ws_url) as second:
+            await two_answers_speaking(first, second)
+        # ``second`` closed with its 1.5 s unheard; ``first`` alone still speaks.
+        await asyncio.sleep(0.2)  # the server sees the close
+        async with connect(busy_server.ws_url) as third:
+            await ask(third, TEXT, "c1")
+            served = await collect_reply(third)
+    assert len(kept) == 3
+    assert served.complete["status"] == "complete" and len(served.audio) > 0
+
+
 async def test_a_post_refused_for_the_same_reason_says_so_with_503(busy_server):
     async with connect(busy_server.ws_url) as first, connect(busy_server.ws_url) as second:
         await two_answers_speaking(first, second)
