@@ -1255,7 +1255,9 @@ async def test_a_short_noise_does_not_cut_the_agent_off(listening_stack, sounds)
         # echo by the echo gate: no voice at all).
         assert stats["maxRunMs"] < 250
         [ignored] = [e for e in stats["events"] if e["type"] == "ignored"]
-        assert (ignored["why"], ignored["text"]) == ("noise", QUESTION)
+        # "noise" if the agent's voice was playing under it; "no-voice" if it was paused for
+        # its next chunk just then (a loaded 2-core machine, 2026-12-07): too short either way.
+        assert ignored["why"] in ("noise", "no-voice") and ignored["text"] == QUESTION
         assert wire.actions("cancel") == [] and len(wire.actions("ask")) == 1
         # The story goes on: more of it is heard (not "playing" at one moment: on a slow
         # machine the voice may be paused for its next chunk just then, CI-like run 2026-12-06).
