@@ -26,11 +26,9 @@ comes out below zero), or when the rounds run out, the record gets ``safe_line``
 predicts no window faster than it was measured, and the log says so.
 
 The fastest candidate for the whole sentence is the choice (``--graph auto``, the default);
-``--graph fast|original`` overrides it and still uses that graph's own measured speed. The record
-goes to ``engine-tuning.json`` in the cache directory, keyed by the CPU's model name, its
-vector-instruction flags, its usable cores, the onnxruntime release and the candidate files, so a
-cache shared by two kinds of machine keeps one record for each, and a new onnxruntime measures
-again.
+``--graph fast|original`` overrides it and still uses that graph's own measured speed. The record,
+its key (this machine and the candidate files) and its file are ``speech_server.tuning_record``'s;
+this module measures and decides when to.
 
 The speeds in the record, never a live timing, are what the window plan and the chunk schedule
 use: the same text then gives the same windows, hence the same audio bytes, on every run (a live
@@ -45,39 +43,32 @@ again and replaced (``tuned(..., remeasure_because=...)``).
 from __future__ import annotations
 
 import fcntl
-import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
 
-from speech_server.cpu_identity import cpu_model, kernel_flags, usable_cores
-from speech_server.engine_calibration import (
-    FitKind,
-    RoundTimes,
-    calibrate,
-    window_sizes,
-)
+from speech_server.engine_calibration import RoundTimes, calibrate, window_sizes
 from speech_server.model_assets import Progress, cache_dir
-from voicewire.cache_dir import written_atomically
+from speech_server.tuning_record import (
+    TUNING_FILE,
+    CandidateName,
+    CandidateSpeed,
+    EngineTuning,
+    MachineIdentity,
+    describe,
+    model_label,
+    read_records,
+    record_key,
+    write_records,
+)
 
 logger = logging.getLogger(__name__)
 
-TUNING_FILE = "engine-tuning.json"
-# 2: measured on the sessions the engine opens (streamed_vocoder.open_sessions: the text side
-# does not spin); a version 1 record is measured again.
-# 3: the vocoder's line fitted over three window sizes and rounds until it settles, never with a
-# cost per call of zero (version 2 clamped a line through two points at 0: 0.0 ms per call in
-# most records, and one noisy round decided the plan for good); a version 2 record is measured
-# again.
-RECORD_VERSION = 3
 # Twelve words, about 3.5 s of audio: long enough that the vocoder's per-frame cost dominates.
 CALIBRATION_TEXT = "The agent speaks its first sentence while it is still writing the rest."
 CALIBRATION_LANG = "en-us"
@@ -91,96 +82,6 @@ RECORD_TOO_SLOW_FACTOR = 1.5
 # cold first decode (up to 2.4x measured), but a machine that changed under the same key (a
 # throttled burstable instance): measured again.
 RECORD_TOO_FAST_FACTOR = 3.0
-
-CandidateName = Literal["original", "fast", "given"]
-
-
-class CandidateSpeed(BaseModel):
-    """One graph's figures on the calibration sentence (milliseconds, each the fastest of its
-    rounds: a decode is only ever slowed, never sped up)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    model: str  # the graph file's name and size: what was measured
-    text_side_ms: float
-    vocoder_ms: float  # the whole sentence decoded in one call
-    vocoder_ms_per_frame: float
-    vocoder_ms_per_call: float
-    frames: int
-    audio_seconds: float
-    # How the vocoder's two costs were obtained, and over how many rounds (0: not measured in
-    # rounds, a test's own figures).
-    fit: FitKind = "line"
-    rounds: int = 0
-    fit_reason: str | None = None  # why the safe line: what the fitted one was
-
-    @property
-    def chunk_ms(self) -> float:
-        return self.text_side_ms + self.vocoder_ms
-
-    @property
-    def real_time_factor(self) -> float:
-        """Engine time over audio time for a whole chunk: under 1 keeps up with playback."""
-        return self.chunk_ms / 1000 / self.audio_seconds
-
-    def vocoder_ms_for(self, frames: int) -> float:
-        """What a decode of ``frames`` frames costs by the record: the window plan's cost model."""
-        return self.vocoder_ms_per_call + self.vocoder_ms_per_frame * frames
-
-
-class MachineIdentity(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    cpu: str
-    kernel_flags: tuple[str, ...]
-    cores: int
-    onnxruntime: str
-
-    @classmethod
-    def here(cls) -> MachineIdentity:
-        import onnxruntime
-
-        return cls(
-            cpu=cpu_model(),
-            kernel_flags=kernel_flags(),
-            cores=usable_cores(),
-            onnxruntime=onnxruntime.__version__,
-        )
-
-
-class EngineTuning(BaseModel):
-    """What was measured on one machine, and the graph chosen from it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    machine: MachineIdentity
-    measured_at: str
-    calibration_text: str
-    candidates: dict[CandidateName, CandidateSpeed]
-    choice: CandidateName
-    measured_in_s: float = 0.0  # what the measurement cost the start that made it
-    # Why a record under the same key was measured again (``disagreement``); None: the first.
-    remeasured_because: str | None = None
-
-    @property
-    def key(self) -> str:
-        return record_key(self.machine, {n: c.model for n, c in self.candidates.items()})
-
-    def speed(self, graph: CandidateName | None = None) -> CandidateSpeed:
-        """The figures of ``graph``, by default the chosen one."""
-        return self.candidates[graph or self.choice]
-
-
-def model_label(path: Path) -> str:
-    """What identifies a candidate file cheaply: its name and size (the rewritten graph's name
-    carries its sha256; the assembled model is checked against its own)."""
-    return f"{path.name}:{path.stat().st_size}"
-
-
-def record_key(machine: MachineIdentity, models: Mapping[str, str]) -> str:
-    identity = {"machine": machine.model_dump(mode="json"), "models": dict(sorted(models.items()))}
-    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
-
 
 Measure = Callable[[Mapping[CandidateName, Path], Path], dict[CandidateName, CandidateSpeed]]
 
@@ -201,7 +102,7 @@ def tuned(
     path = (directory or cache_dir()) / TUNING_FILE
     machine = machine or MachineIdentity.here()
     key = record_key(machine, {name: model_label(p) for name, p in candidates.items()})
-    records = _read_records(path)
+    records = read_records(path)
     if key in records and remeasure_because is None:
         return records[key]
     distrusted = records.get(key)
@@ -209,7 +110,7 @@ def tuned(
     # workers, a server beside `voicewire up`) would each measure with the other on the same
     # cores, both twice too slow. The second waits, then takes what the first measured.
     with _measuring_alone(path):
-        records = _read_records(path)
+        records = read_records(path)
         kept = records.get(key)
         if kept is not None and (remeasure_because is None or kept != distrusted):
             return kept
@@ -247,10 +148,10 @@ def _measured(
         remeasured_because=remeasure_because,
     )
     progress(describe(record))
-    records = _read_records(path)  # another process may have written one meanwhile
+    records = read_records(path)  # another process may have written one meanwhile
     records[key] = record
     try:
-        _write_records(path, records)
+        write_records(path, records)
     except OSError as error:  # a read-only cache: run on this measurement, measure next start
         logger.warning("could not keep the engine tuning record in %s: %s", path, error)
     return record
@@ -272,19 +173,6 @@ def _measuring_alone(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def describe(record: EngineTuning) -> str:
-    figures = ", ".join(
-        f"{name} {speed.chunk_ms:.0f} ms (real-time factor {speed.real_time_factor:.2f}; "
-        f"vocoder {speed.vocoder_ms_per_call:.1f} ms a call + {speed.vocoder_ms_per_frame:.2f} "
-        f"ms a frame, {speed.fit}, {speed.rounds} rounds)"
-        for name, speed in record.candidates.items()
-    )
-    return (
-        f"engine tuning on {record.machine.cpu}: {figures}; chose {record.choice} "
-        f"(measured in {record.measured_in_s:.1f} s)"
-    )
 
 
 def disagreement(decodes: Sequence[tuple[int, float]], speed: CandidateSpeed) -> str | None:
@@ -382,35 +270,3 @@ def _calibration_inputs(kokoro: object) -> tuple[dict[str, np.ndarray], np.ndarr
     tokens = tokenizer.tokenize(tokenizer.phonemize(CALIBRATION_TEXT, CALIBRATION_LANG))
     voices = kokoro.voices  # type: ignore[attr-defined]
     return text_side_inputs(tokens, voices[sorted(voices.keys())[0]], 1.0)
-
-
-def _read_records(path: Path) -> dict[str, EngineTuning]:
-    """The file's records; an unreadable file or record is measured again, not trusted."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as error:
-        logger.warning("ignoring %s (%s): measuring again", path, error)
-        return {}
-    if not isinstance(data, dict) or data.get("version") != RECORD_VERSION:
-        return {}
-    records: dict[str, EngineTuning] = {}
-    for key, raw in (data.get("records") or {}).items():
-        try:
-            record = EngineTuning.model_validate(raw)
-        except ValidationError:
-            continue
-        if record.key == key:
-            records[key] = record
-    return records
-
-
-def _write_records(path: Path, records: Mapping[str, EngineTuning]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = {
-        "version": RECORD_VERSION,
-        "records": {key: record.model_dump(mode="json") for key, record in records.items()},
-    }
-    with written_atomically(path) as partial:
-        partial.write_text(json.dumps(body, indent=2) + "\n")

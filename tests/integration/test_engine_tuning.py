@@ -13,30 +13,30 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from speech_server import engine_calibration, engine_tuning
+from speech_server import engine_calibration
 from speech_server.cpu_identity import cpu_model, kernel_flags
-from speech_server.engine_tuning import (
-    RECORD_VERSION,
-    TUNING_FILE,
-    CandidateSpeed,
-    EngineTuning,
-    MachineIdentity,
-    measure_candidates,
-    tuned,
-)
+from speech_server.engine_tuning import measure_candidates, tuned
 from speech_server.engines import onnx_engine as onnx_engine_module
 from speech_server.engines.onnx_engine import KokoroOnnxEngine, vocoder_speed
 from speech_server.model_assets import bundled_model_path
 from speech_server.model_rewrite import fast_model_path
 from speech_server.official_voices import english_or_bundled_voices
 from speech_server.settings import EngineSettings
+from speech_server.tuning_record import (
+    RECORD_VERSION,
+    TUNING_FILE,
+    CandidateSpeed,
+    EngineTuning,
+    MachineIdentity,
+    model_label,
+)
 
 HERE = MachineIdentity(cpu="AMD EPYC", kernel_flags=("avx2", "avx512f"), cores=2, onnxruntime="1")
 
 
 def speed(model: Path, chunk_ms: float, per_frame_ms: float = 2.5) -> CandidateSpeed:
     return CandidateSpeed(
-        model=engine_tuning.model_label(model),
+        model=model_label(model),
         text_side_ms=chunk_ms * 0.1,
         vocoder_ms=chunk_ms * 0.9,
         vocoder_ms_per_frame=per_frame_ms,
@@ -255,7 +255,7 @@ def test_the_measurement_times_each_half_of_the_real_graph():
     original = bundled_model_path()
     voices, _ = english_or_bundled_voices()
     ((name, measured),) = measure_candidates({"original": original}, voices).items()
-    assert name == "original" and measured.model == engine_tuning.model_label(original)
+    assert name == "original" and measured.model == model_label(original)
     assert measured.frames > 200 and measured.audio_seconds == measured.frames * 300 / 24_000
     assert 0 < measured.text_side_ms < measured.vocoder_ms
     # The vocoder's cost model reproduces its whole-sentence time it was fitted on.
@@ -268,7 +268,7 @@ def off_by(model: Path, factor: float) -> CandidateSpeed:
     """Figures ``factor`` times a 2-core CPU's (1.6-2.0 ms a frame measured on a quiet AMD EPYC,
     4.8 busy; 382 frames; a call ~10 ms)."""
     return CandidateSpeed(
-        model=engine_tuning.model_label(model),
+        model=model_label(model),
         text_side_ms=70.0 * factor,
         vocoder_ms=(10.0 + 2.0 * 382) * factor,
         vocoder_ms_per_frame=2.0 * factor,

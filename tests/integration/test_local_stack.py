@@ -532,9 +532,7 @@ def test_voicewire_up_prints_its_urls_and_stops_on_ctrl_c(tmp_path):
 
     from conftest import free_port
 
-    from speech_server.engine_tuning import (
-        TUNING_FILE,
-    )
+    from speech_server.tuning_record import TUNING_FILE
     from voicewire.cache_dir import cache_dir
 
     # A first run: the model is assembled in this empty cache and `up` shows its progress. The

@@ -29,10 +29,8 @@ from speech_server.engine_calibration import (
     safe_line,
     window_sizes,
 )
-from speech_server.engine_tuning import (
-    CandidateSpeed,
-    disagreement,
-)
+from speech_server.engine_tuning import disagreement
+from speech_server.tuning_record import CandidateSpeed
 
 FRAMES = 382  # the calibration sentence's, as both graphs decode it
 SIZES = window_sizes(FRAMES)

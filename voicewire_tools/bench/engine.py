@@ -55,15 +55,13 @@ from typing import Any
 import numpy as np
 import onnx
 
-from speech_server.engine_tuning import (
-    describe,
-)
 from speech_server.engines.onnx_engine import KokoroOnnxEngine
 from speech_server.model_assets import bundled_model_path
 from speech_server.model_rewrite import dequantize, fast_model_path
 from speech_server.official_voices import official_voices_path
 from speech_server.settings import EngineSettings
 from speech_server.streamed_vocoder import SAMPLES_PER_FRAME
+from speech_server.tuning_record import describe
 from voicewire_tools.bench.audio_similarity import (
     frame_distances,
     heard_span,

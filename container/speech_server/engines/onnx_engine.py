@@ -26,13 +26,7 @@ from kokoro_onnx.config import MAX_PHONEME_LENGTH
 from numpy.typing import NDArray
 
 from speech_server.chunk_schedule import audio_seconds_by_phonemes
-from speech_server.engine_tuning import (
-    CandidateName,
-    CandidateSpeed,
-    EngineTuning,
-    disagreement,
-    tuned,
-)
+from speech_server.engine_tuning import disagreement, tuned
 from speech_server.engines.default_voice import choose_default_voice
 from speech_server.model_assets import ModelAssetError, Progress, bundled_model_path
 from speech_server.model_rewrite import fast_model_path
@@ -49,6 +43,7 @@ from speech_server.streamed_vocoder import (
     split_graph,
     text_side_inputs,
 )
+from speech_server.tuning_record import CandidateName, CandidateSpeed, EngineTuning
 from speech_server.word_timings import SpokenWord, WordTimer, ended_by_audio, fed_phonemes
 from voicewire.voice_catalog import describe_voice
 
