@@ -1,7 +1,8 @@
 """A TEST DOUBLE of ``speech_recognizer.Recognizer``: it hears a fixed list of words.
 
-The local Transcribe endpoint's real recognizer is the next step of issue 42; until it exists,
-the endpoint is tested with this double, which is faithful to the protocol and nothing more: it
+The local Transcribe endpoint's tests of its protocol and timing run on this double (the real
+recognizer, offline Whisper, has tests of its own, being as slow as the machine): faithful to the
+protocol and nothing more, it
 counts the samples it is fed (at the stream's sample rate) and "hears" word ``i`` once the audio
 reaches that word's end (``i + 1`` times ``seconds_per_word``), so its partial hypotheses grow
 as audio arrives, carry times derived from the audio, and turn final once every word was heard
