@@ -33,6 +33,7 @@ TUNING_FILE = "engine-tuning.json"
 # most records, and one noisy round decided the plan for good); a version 2 record is measured
 # again.
 RECORD_VERSION = 3
+
 CandidateName = Literal["original", "fast", "given"]
 
 
