@@ -13,7 +13,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -143,6 +143,7 @@ class LocalStack:
         self._runtime: Any = None
         self._bedrock: Any = None
         self._local_llm: Any = None
+        self._llm_in_place: Any = None  # ``llm_replaced_by``'s client, while it holds
         # What the replay LLM (or the local one) was sent, every turn (its clients share this
         # list): what Bedrock would have been sent.
         self.llm_requests: list[dict[str, Any]] = []
@@ -545,7 +546,20 @@ class LocalStack:
     def llm(self) -> LlmKind:
         return "bedrock" if self.options.bedrock_model_id else self.options.llm
 
+    @contextlib.contextmanager
+    def llm_replaced_by(self, client: Any) -> Iterator[None]:
+        """Every turn begun inside the block streams from ``client`` (a ``converse_stream``
+        client): a test holds the LLM's stream at a point of its choosing, so what it asserts
+        about order follows from the text's timing, not from how fast this machine synthesizes."""
+        self._llm_in_place = client
+        try:
+            yield
+        finally:
+            self._llm_in_place = None
+
     def _llm_client(self) -> Any:
+        if self._llm_in_place is not None:
+            return self._llm_in_place
         if self._local_llm is not None:
             return self._local_llm  # one model for every turn, as one per process
         if self.options.bedrock_model_id:
