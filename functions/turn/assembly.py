@@ -11,6 +11,7 @@ here).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -118,5 +119,12 @@ async def hand_back(
     ready = acquiring.result()
     completed = outcome is not None and outcome.status == "complete"
     unused = runner is not None and not runner.used_speech
-    await sessions.release(ready.session, reusable=completed or unused)
+    try:
+        await sessions.release(ready.session, reusable=completed or unused)
+    except BaseException:
+        # The pool did not take it back, so nothing else will close it: left open, it holds its
+        # share of the engine until the server closes it idle, a minute later.
+        with contextlib.suppress(Exception):
+            await ready.session.abort()
+        raise
     return ready

@@ -8,6 +8,7 @@ import io
 import json
 import threading
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
@@ -15,6 +16,7 @@ import pytest
 
 from functions.adapters.replay_llm import ReplayBedrockClient
 from functions.adapters.session_table import create_table
+from functions.environment_loop import run_in_environment
 from functions.handlers.authorizer import authorize
 from functions.handlers.connect import connect
 from functions.handlers.disconnect import disconnect
@@ -64,7 +66,7 @@ class Recorder:
 
 
 @pytest.fixture
-def adapters(aws, speech_server) -> Adapters:
+def adapters(aws, speech_server) -> Iterator[Adapters]:
     create_table(boto3.client("dynamodb"), "sessions")
     boto3.client("ssm").put_parameter(
         Name="/voicewire/token-secret", Value=SAMPLE_SECRET, Type="SecureString"
@@ -97,7 +99,12 @@ def adapters(aws, speech_server) -> Adapters:
     built.replay = replay  # type: ignore[attr-defined]
     built.speech_session = lambda: open_speech_session(speech_server.ws_url)
     built.posts = posts  # type: ignore[attr-defined]
-    return built
+    yield built
+    # The worker keeps its speech session warm for the next turn, as a Lambda environment does:
+    # left open, it held the next test's ``speech_server`` until the server closed it idle, 60 s
+    # later (15 tests set up in 60 s each, 2026-12-07).
+    if "speech_sessions" in built.__dict__:  # opened (a cached_property)
+        run_in_environment(built.speech_sessions.close())
 
 
 def create_worker_function(name: str) -> None:

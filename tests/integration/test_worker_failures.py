@@ -226,6 +226,24 @@ def test_a_worker_failing_at_each_stage_ends_its_turn_once(adapters, failure, ca
     assert len(adapters.replay.requests) <= llm_calls + 1  # the first run's, at most
 
 
+def test_a_session_the_pool_cannot_take_back_is_closed_not_left_open(adapters):
+    """Left open, it would hold its share of the engine until the server closed it idle (60 s:
+    the next test's ``speech_server`` waited that long for it, 2026-12-07)."""
+    handed_back = []
+
+    async def fail(session, reusable):
+        handed_back.append(session)
+        raise RuntimeError("the kept session's bookkeeping broke")
+
+    adapters.speech_sessions.release = fail
+    connect(sample("connect"), adapters)
+    job = accepted_job(adapters, "ask_bidi", prompt="Hello, who are you?")
+    assert run_worker(adapters, job) == {"status": "failed"}
+    assert_ended_once(adapters, job, "internal_error")
+    [session] = handed_back
+    assert not session.is_open
+
+
 def test_a_turn_reaching_the_time_limit_ends_before_lambda_kills_it(adapters):
     connect(sample("connect"), adapters)
     adapters.llm_client = lambda: ReplayBedrockClient(pace=3.0)  # ~14 s of answer

@@ -189,6 +189,7 @@ def streamed(
     rounds: int,
     voices: tuple[str, ...] = QUALITY_VOICES,
     runs: int = 10,
+    texts: dict[str, str] = TEXTS,
 ) -> tuple[dict[str, Any], bool]:
     """First audio whole vs streamed (and the streamed first audio's split), then the streamed
     audio against the whole decode, ``runs`` times per text and voice."""
@@ -199,7 +200,7 @@ def streamed(
         "= text side + first window | all audio"
     )
     figures: dict[str, Any] = {"first_audio": {}, "quality": []}
-    for label, text in TEXTS.items():
+    for label, text in texts.items():
         whole, first, total, text_side, window = [], [], [], [], []
         for _ in range(rounds):
             started = time.perf_counter()
@@ -240,7 +241,7 @@ def streamed(
         f"stall: playback waiting for the second window; runs: passed / identical bytes of {runs}):"
     )
     passed = True
-    for label, text in TEXTS.items():
+    for label, text in texts.items():
         for quality_voice in voices:
             checks = [compare_streamed(engine, text, quality_voice) for _ in range(max(1, runs))]
             digests = {check.pop("digest") for check in checks}
@@ -268,14 +269,16 @@ def streamed(
                 f"{sum(oks)}/{'same' if check['identical'] else 'DIFFERENT'} of {len(checks)} "
                 f"{'ok' if ok else 'FAILED'}"
             )
-    recognized = recognizer_check(engine, voices)
+    recognized = recognizer_check(engine, voices, texts)
     figures["recognizer"] = recognized
     passed &= recognized["check"]
     print("streamed check:", "passed" if passed else "FAILED")
     return figures, passed
 
 
-def recognizer_check(engine: KokoroOnnxEngine, voices: tuple[str, ...]) -> dict[str, Any]:
+def recognizer_check(
+    engine: KokoroOnnxEngine, voices: tuple[str, ...], texts: dict[str, str] = TEXTS
+) -> dict[str, Any]:
     """Word errors of an open recognizer on the whole decode, the streamed audio, and the whole
     decode with -60 dB noise (the recognizer's own jitter), over every text and voice."""
     from voicewire_tools.bench.recognizer import transcribe, word_errors, words
@@ -283,7 +286,7 @@ def recognizer_check(engine: KokoroOnnxEngine, voices: tuple[str, ...]) -> dict[
     rng = np.random.default_rng(60)
     errors = {"whole": 0, "streamed": 0, "whole_with_noise": 0}
     total = 0
-    for text in TEXTS.values():
+    for text in texts.values():
         for voice in voices:
             whole = engine.synthesize(text, voice, 1.0)
             audio = {
