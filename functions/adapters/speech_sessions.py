@@ -149,6 +149,19 @@ class KeptSpeechSession:
         return None
 
 
+async def release_or_abort(
+    sessions: KeptSpeechSession, session: SpeechSession, reusable: bool
+) -> None:
+    """``sessions.release``, and if the pool cannot take the session back, abort it (then
+    re-raise): nothing else would close it, and left open it holds its share of the engine
+    until the server closes it idle, a minute later."""
+    try:
+        await sessions.release(session, reusable)
+    except BaseException:
+        await _abort(session)
+        raise
+
+
 def _ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 1)
 

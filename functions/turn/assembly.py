@@ -11,13 +11,16 @@ here).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any
 
 from functions.adapters.bedrock_request import converse_request
 from functions.adapters.relay import Relay
-from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
+from functions.adapters.speech_sessions import (
+    KeptSpeechSession,
+    ReadySession,
+    release_or_abort,
+)
 from functions.agent.events import AgentTurn
 from functions.agent.loop import BedrockAgent
 from functions.settings import Settings
@@ -119,12 +122,5 @@ async def hand_back(
     ready = acquiring.result()
     completed = outcome is not None and outcome.status == "complete"
     unused = runner is not None and not runner.used_speech
-    try:
-        await sessions.release(ready.session, reusable=completed or unused)
-    except BaseException:
-        # The pool did not take it back, so nothing else will close it: left open, it holds its
-        # share of the engine until the server closes it idle, a minute later.
-        with contextlib.suppress(Exception):
-            await ready.session.abort()
-        raise
+    await release_or_abort(sessions, ready.session, reusable=completed or unused)
     return ready

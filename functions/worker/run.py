@@ -25,7 +25,7 @@ from typing import Any
 from functions.adapters.connections import ConnectionRecord, Connections
 from functions.adapters.conversation_table import TableConversation
 from functions.adapters.relay import Relay
-from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession
+from functions.adapters.speech_sessions import KeptSpeechSession, ReadySession, release_or_abort
 from functions.adapters.turn_ledger import ClaimVerdict, TurnLedger
 from functions.lifecycle.turn_run import TurnPlan, TurnRun, relay_counts
 from functions.observability import logger
@@ -135,7 +135,7 @@ class HeadStart:
         if self.acquiring.cancelled() or self.acquiring.exception() is not None:
             return
         try:  # best effort: the job is not run either way
-            await sessions.release(self.acquiring.result().session, reusable=True)
+            await release_or_abort(sessions, self.acquiring.result().session, reusable=True)
         except Exception as error:
             logger.warning("an unused speech session could not be given back", error=repr(error))
 
